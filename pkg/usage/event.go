@@ -1,0 +1,53 @@
+// Package usage defines the usage event every metered request leaves behind, named by its
+// generation id, and what is done with events after settlement.
+package usage
+
+import (
+	"time"
+
+	"github.com/neocloud/kiln/pkg/money"
+)
+
+// SchemaVersion is the version of the Event shape; it is bumped on any incompatible change.
+const SchemaVersion = 1
+
+// Status says how a request ended.
+type Status string
+
+const (
+	// StatusCompleted: the backend answered and the whole answer reached the client.
+	StatusCompleted Status = "completed"
+	// StatusClientDisconnected: the client left before the answer ended; what was generated is billed.
+	StatusClientDisconnected Status = "client_disconnected"
+	// StatusUpstreamError: the backend failed, before or during the answer.
+	StatusUpstreamError Status = "upstream_error"
+	// StatusRejected: the request was refused before it reached a backend (validation, unknown model).
+	StatusRejected Status = "rejected"
+)
+
+// Event is the usage record of one request that reached endpoint checks (contract section 8).
+// Field names are the wire names of the event's JSON and of exports.
+type Event struct {
+	Version          int          `json:"version"`
+	GenerationID     string       `json:"generation_id"`
+	OrgID            string       `json:"org_id"`
+	KeyID            string       `json:"key_id"` // the key's display prefix, never the key
+	Model            string       `json:"model"`  // the public model id, "" when the request named none
+	Endpoint         string       `json:"endpoint"`
+	Stream           bool         `json:"stream"`
+	Status           Status       `json:"status"`
+	HTTPStatus       int          `json:"http_status"`
+	FinishReason     string       `json:"finish_reason"`
+	PromptTokens     int64        `json:"prompt_tokens"`
+	CachedTokens     int64        `json:"cached_tokens"`
+	CompletionTokens int64        `json:"completion_tokens"`
+	Cost             money.Amount `json:"cost"` // a decimal string on the wire
+	Estimated        bool         `json:"estimated"`
+	StartedAt        time.Time    `json:"started_at"`
+	TTFTMillis       int64        `json:"ttft_ms"`
+	DurationMillis   int64        `json:"duration_ms"`
+	Backend          string       `json:"backend"`
+}
+
+// Day is the UTC calendar day ("2026-11-29") an event is aggregated under.
+func (e Event) Day() string { return e.StartedAt.UTC().Format(time.DateOnly) }
