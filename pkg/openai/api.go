@@ -22,14 +22,10 @@ const (
 	TypeServiceUnavailable = "service_unavailable"   // 503
 )
 
-// Field is one member of a JSON object, located in the object's bytes: Raw[KeyStart:ValueEnd]
-// spans the quoted key through the end of the value; Raw[ValueStart:ValueEnd] is the value exactly
-// as written.
+// Field is one member of a JSON object, located in the object's bytes. ParseObject finds them.
 type Field struct {
-	Key        string // the decoded key
-	KeyStart   int
-	ValueStart int
-	ValueEnd   int
+	KeyStart, KeyEnd     int // raw[KeyStart:KeyEnd] is the key as written, quotes included
+	ValueStart, ValueEnd int // raw[ValueStart:ValueEnd] is the value exactly as written
 }
 
 // Usage is a usage object's token counts.

@@ -1,0 +1,203 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"testing/iotest"
+)
+
+// The seed corpora are in testdata/fuzz/<FuzzName>/.
+
+// stdObject reads raw's top-level members with encoding/json's tokenizer: keys in order, whether
+// any repeats, and how deeply raw nests. ok is false unless raw is an object.
+func stdObject(t *testing.T, raw []byte) (keys []string, dup bool, depth int, ok bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, false, 0, false
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("encoding/json: %v", err)
+		}
+		k := tok.(string)
+		dup = dup || seen[k]
+		seen[k] = true
+		keys = append(keys, k)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("encoding/json: %v", err)
+		}
+	}
+	dec = json.NewDecoder(bytes.NewReader(raw))
+	for d := 0; ; {
+		tok, err := dec.Token()
+		if err != nil {
+			break
+		}
+		switch tok {
+		case json.Delim('{'), json.Delim('['):
+			d++
+			depth = max(depth, d)
+		case json.Delim('}'), json.Delim(']'):
+			d--
+		}
+	}
+	return keys, dup, depth, true
+}
+
+func FuzzParseObject(f *testing.F) {
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		fields, err := ParseObject(nil, raw)
+		valid := json.Valid(raw)
+		if err != nil {
+			if !valid {
+				return
+			}
+			keys, dup, depth, isObject := stdObject(t, raw)
+			switch {
+			case !isObject:
+				return
+			case errors.Is(err, ErrDuplicateKey):
+				if !dup {
+					t.Fatalf("duplicate key reported in %q, whose keys are %q", raw, keys)
+				}
+			case dup:
+				t.Fatalf("object with duplicate keys %q rejected with %v", keys, err)
+			case depth <= maxDepth:
+				t.Fatalf("valid object rejected: %v", err)
+			}
+			return
+		}
+
+		if !valid {
+			t.Fatalf("invalid JSON accepted: %q", raw)
+		}
+		obj := trimSpace(raw)
+		if obj[0] != '{' {
+			t.Fatalf("not an object, accepted: %q", raw)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			t.Fatalf("encoding/json cannot decode what ParseObject accepted: %v", err)
+		}
+		if len(m) != len(fields) {
+			t.Fatalf("%d fields, encoding/json sees %d keys", len(fields), len(m))
+		}
+		for _, fl := range fields {
+			key := fl.Key(raw)
+			v, ok := m[key]
+			if !ok {
+				t.Fatalf("key %q not among encoding/json's", key)
+			}
+			if !bytes.Equal(v, fl.Value(raw)) {
+				t.Fatalf("value of %q is %q, encoding/json says %q", key, fl.Value(raw), v)
+			}
+			if got, ok := Lookup(raw, fields, key); !ok || got != fl {
+				t.Fatalf("Lookup(%q) = %v, %v", key, got, ok)
+			}
+			checkValue(t, fl.Value(raw))
+		}
+
+		if got := Rewrite(nil, raw, fields); !bytes.Equal(got, obj) {
+			t.Fatalf("Rewrite without edits = %q, want %q", got, obj)
+		}
+		if len(fields) > 8 {
+			return
+		}
+		for _, fl := range fields {
+			key := fl.Key(raw)
+			out := Rewrite(nil, raw, fields, Edit{Key: key}, Edit{Key: "\x00added", Value: []byte(`[1.0]`)})
+			var after map[string]json.RawMessage
+			if err := json.Unmarshal(out, &after); err != nil {
+				t.Fatalf("removing %q from %q gave %q: %v", key, raw, out, err)
+			}
+			if _, ok := after[key]; ok && key != "\x00added" {
+				t.Fatalf("removing %q from %q left it: %q", key, raw, out)
+			}
+			if string(after["\x00added"]) != "[1.0]" {
+				t.Fatalf("adding to %q gave %q", raw, out)
+			}
+		}
+	})
+}
+
+// checkValue compares the value helpers with encoding/json on one valid value.
+func checkValue(t *testing.T, v []byte) {
+	switch Kind(v) {
+	case '"':
+		var want string
+		if err := json.Unmarshal(v, &want); err != nil {
+			t.Fatal(err)
+		}
+		if got, ok := Unquote(v); !ok || got != want {
+			t.Fatalf("Unquote(%q) = %q, %v; want %q", v, got, ok, want)
+		}
+	case '[':
+		var want []json.RawMessage
+		if err := json.Unmarshal(v, &want); err != nil {
+			t.Fatal(err)
+		}
+		got, err := Elements(nil, v)
+		if err != nil || len(got) != len(want) {
+			t.Fatalf("Elements(%q) = %v, %v; want %d", v, got, err, len(want))
+		}
+		for i, e := range got {
+			if !bytes.Equal(v[e[0]:e[1]], want[i]) {
+				t.Fatalf("element %d of %q = %q, want %q", i, v, v[e[0]:e[1]], want[i])
+			}
+		}
+		if IsEmptyArray(v) != (len(want) == 0) {
+			t.Fatalf("IsEmptyArray(%q) wrong", v)
+		}
+	case 't', 'f':
+		if b, ok := Bool(v); !ok || b != (v[0] == 't') {
+			t.Fatalf("Bool(%q) = %v, %v", v, b, ok)
+		}
+	case 'n':
+		if !IsNull(v) {
+			t.Fatalf("IsNull(%q) = false", v)
+		}
+	case '{', '0':
+	default:
+		t.Fatalf("Kind(%q) = %q", v, Kind(v))
+	}
+}
+
+func FuzzDecoder(f *testing.F) {
+	f.Fuzz(func(t *testing.T, in []byte) {
+		// As event data: encoded and decoded, it comes back with line ends as LF.
+		d := NewDecoder(iotest.HalfReader(bytes.NewReader(AppendData(nil, in))))
+		ev, err := d.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := normalizeLineEnds(in); !bytes.Equal(ev.Data, want) || ev.Data == nil || ev.Comment || ev.Name != "" {
+			t.Fatalf("round trip of %q gave %s", in, show(ev))
+		}
+		if _, err := d.Next(); err != io.EOF || d.Truncated() {
+			t.Fatalf("after the event: %v, truncated %v", err, d.Truncated())
+		}
+
+		// As a stream: however the input is split into reads, the events are the same.
+		whole, wholeErr := decodeAll(NewDecoderSize(bytes.NewReader(in), 64))
+		oneByte := NewDecoderSize(iotest.OneByteReader(bytes.NewReader(in)), 64)
+		split, splitErr := decodeAll(oneByte)
+		if strings.Join(whole, "\n") != strings.Join(split, "\n") || (wholeErr == io.EOF) != (splitErr == io.EOF) {
+			t.Fatalf("whole: %q %v\none byte at a time: %q %v", whole, wholeErr, split, splitErr)
+		}
+		if wholeErr != io.EOF && !errors.Is(wholeErr, ErrEventTooLarge) {
+			t.Fatalf("unexpected error %v", wholeErr)
+		}
+		for _, ev := range whole {
+			if strings.HasPrefix(ev, "event") && strings.HasSuffix(ev, "data=nil") {
+				t.Fatalf("event without data: %s", ev)
+			}
+		}
+	})
+}

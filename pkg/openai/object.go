@@ -1,0 +1,278 @@
+package openai
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrDuplicateKey reports an object that names the same top-level key twice. Servers disagree on
+// which one wins, so the gateway must not forward such a body.
+var ErrDuplicateKey = errors.New("duplicate key")
+
+// Key returns the field's key, decoded.
+func (f Field) Key(raw []byte) string { return unquote(raw[f.KeyStart+1 : f.KeyEnd-1]) }
+
+// Value returns the field's value exactly as written.
+func (f Field) Value(raw []byte) []byte { return raw[f.ValueStart:f.ValueEnd] }
+
+// ParseObject checks that raw is exactly one JSON object, surrounded by optional whitespace, and
+// returns its top-level members in order, appended to dst[:0]. The whole text is validated (RFC
+// 8259, nesting at most 1000 deep). Errors are *SyntaxError, except for a key that appears twice at
+// the top level, which is an error wrapping ErrDuplicateKey. ParseObject allocates only to grow
+// dst.
+func ParseObject(dst []Field, raw []byte) ([]Field, error) {
+	dst = dst[:0]
+	i := skipSpace(raw, 0)
+	if i >= len(raw) || raw[i] != '{' {
+		return dst, syntaxErr(i, "the body must be a JSON object")
+	}
+	i = skipSpace(raw, i+1)
+	if i < len(raw) && raw[i] == '}' {
+		i++
+	} else {
+		for {
+			keyStart := i
+			keyEnd, next, err := scanKey(raw, i)
+			if err != nil {
+				return dst[:0], err
+			}
+			valueStart := skipSpace(raw, next)
+			valueEnd, err := scanValue(raw, valueStart, 1)
+			if err != nil {
+				return dst[:0], err
+			}
+			dst = append(dst, Field{KeyStart: keyStart, KeyEnd: keyEnd, ValueStart: valueStart, ValueEnd: valueEnd})
+			i = skipSpace(raw, valueEnd)
+			if i >= len(raw) {
+				return dst[:0], syntaxErr(i, msgEOF)
+			}
+			if raw[i] == '}' {
+				i++
+				break
+			}
+			if raw[i] != ',' {
+				return dst[:0], syntaxErr(i, "expected ',' or '}'")
+			}
+			i = skipSpace(raw, i+1)
+		}
+	}
+	if i = skipSpace(raw, i); i < len(raw) {
+		return dst[:0], syntaxErr(i, "invalid character "+describe(raw[i])+" after the object")
+	}
+	if err := checkDuplicates(raw, dst); err != nil {
+		return dst[:0], err
+	}
+	return dst, nil
+}
+
+// smallObject is how many members checkDuplicates compares pairwise before it switches to a map,
+// which costs allocations but keeps hostile bodies with many keys linear.
+const smallObject = 32
+
+func checkDuplicates(raw []byte, fields []Field) error {
+	if len(fields) <= smallObject {
+		for k, f := range fields {
+			a := raw[f.KeyStart+1 : f.KeyEnd-1]
+			for _, g := range fields[:k] {
+				if contentsEqual(a, raw[g.KeyStart+1:g.KeyEnd-1]) {
+					return duplicate(raw, f)
+				}
+			}
+		}
+		return nil
+	}
+	seen := make(map[string]struct{}, len(fields))
+	for _, f := range fields {
+		k := f.Key(raw)
+		if _, ok := seen[k]; ok {
+			return duplicate(raw, f)
+		}
+		seen[k] = struct{}{}
+	}
+	return nil
+}
+
+func duplicate(raw []byte, f Field) error {
+	return fmt.Errorf("%w %q at byte %d", ErrDuplicateKey, f.Key(raw), f.KeyStart)
+}
+
+// Lookup returns the member of raw named key; fields are raw's members from ParseObject. It does not
+// allocate.
+func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
+	for _, f := range fields {
+		if equalsString(raw[f.KeyStart+1:f.KeyEnd-1], key) {
+			return f, true
+		}
+	}
+	return Field{}, false
+}
+
+// Edit is a change Rewrite makes to one member: Value (a valid JSON value) replaces the member's
+// value or is added as a new member; a nil Value removes the member.
+type Edit struct {
+	Key   string
+	Value []byte
+}
+
+// Rewrite appends to dst the object raw, whose members ParseObject returned as fields, with edits
+// applied: an edited member's value is replaced where it stands, a removed member goes together
+// with one adjacent comma, and keys raw lacks are added at the end. Where two edits name the same
+// key, the later wins. Every other byte is copied as it is: unknown members, their order,
+// whitespace, number literals. Whitespace around the object is not copied.
+func Rewrite(dst, raw []byte, fields []Field, edits ...Edit) []byte {
+	start := skipSpace(raw, 0)
+	end := len(raw)
+	for end > start && isSpace(raw[end-1]) {
+		end--
+	}
+	closing := end - 1 // the '}'
+	if len(fields) > 0 {
+		dst = append(dst, raw[start:fields[0].KeyStart]...)
+		closing = fields[len(fields)-1].ValueEnd
+	} else {
+		dst = append(dst, raw[start:closing]...)
+	}
+	wrote := false
+	for k, f := range fields {
+		v, edited := editFor(raw, f, edits)
+		if edited && v == nil {
+			continue
+		}
+		if wrote {
+			// The separator that preceded this member: a removed member takes the one before it.
+			dst = append(dst, raw[fields[k-1].ValueEnd:f.KeyStart]...)
+		}
+		if edited {
+			dst = append(dst, raw[f.KeyStart:f.ValueStart]...)
+			dst = append(dst, v...)
+		} else {
+			dst = append(dst, raw[f.KeyStart:f.ValueEnd]...)
+		}
+		wrote = true
+	}
+	for k, e := range edits {
+		if e.Value == nil || overridden(edits[k+1:], e.Key) {
+			continue
+		}
+		if _, ok := Lookup(raw, fields, e.Key); ok {
+			continue
+		}
+		if wrote {
+			dst = append(dst, ',')
+		}
+		dst = appendString(dst, e.Key)
+		dst = append(dst, ':')
+		dst = append(dst, e.Value...)
+		wrote = true
+	}
+	return append(dst, raw[closing:end]...)
+}
+
+func editFor(raw []byte, f Field, edits []Edit) ([]byte, bool) {
+	key := raw[f.KeyStart+1 : f.KeyEnd-1]
+	for k := len(edits) - 1; k >= 0; k-- {
+		if equalsString(key, edits[k].Key) {
+			return edits[k].Value, true
+		}
+	}
+	return nil, false
+}
+
+func overridden(later []Edit, key string) bool {
+	for _, e := range later {
+		if e.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// Kind classifies a JSON value by its first byte: '{', '[', '"', 't', 'f', 'n', or '0' for a
+// number. It returns 0 for anything else, including an empty v.
+func Kind(v []byte) byte {
+	v = trimSpace(v)
+	if len(v) == 0 {
+		return 0
+	}
+	switch c := v[0]; c {
+	case '{', '[', '"', 't', 'f', 'n':
+		return c
+	default:
+		if c == '-' || isDigit(c) {
+			return '0'
+		}
+		return 0
+	}
+}
+
+// IsEmptyArray reports whether v is an array without elements.
+func IsEmptyArray(v []byte) bool {
+	v = trimSpace(v)
+	return len(v) >= 2 && v[0] == '[' && v[len(v)-1] == ']' && len(trimSpace(v[1:len(v)-1])) == 0
+}
+
+// IsNull reports whether v is null.
+func IsNull(v []byte) bool { return string(trimSpace(v)) == "null" }
+
+// Bool returns the value of v and whether v is true or false at all.
+func Bool(v []byte) (val, ok bool) {
+	switch string(trimSpace(v)) {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
+	}
+	return false, false
+}
+
+// Unquote decodes v if it is a JSON string. Invalid UTF-8 and unpaired surrogates become U+FFFD, as
+// with encoding/json.
+func Unquote(v []byte) (string, bool) {
+	v = trimSpace(v)
+	if len(v) == 0 || v[0] != '"' {
+		return "", false
+	}
+	if end, err := scanString(v, 0); err != nil || end != len(v) {
+		return "", false
+	}
+	return unquote(v[1 : len(v)-1]), true
+}
+
+// Elements returns, appended to dst[:0], the start and end offsets in v of each element of the JSON
+// array v. The whole of v is validated.
+func Elements(dst [][2]int, v []byte) ([][2]int, error) {
+	dst = dst[:0]
+	i := skipSpace(v, 0)
+	if i >= len(v) || v[i] != '[' {
+		return dst, syntaxErr(i, "expected an array")
+	}
+	i = skipSpace(v, i+1)
+	if i < len(v) && v[i] == ']' {
+		i++
+	} else {
+		for {
+			start := i
+			end, err := scanValue(v, i, 1)
+			if err != nil {
+				return dst[:0], err
+			}
+			dst = append(dst, [2]int{start, end})
+			i = skipSpace(v, end)
+			if i >= len(v) {
+				return dst[:0], syntaxErr(i, msgEOF)
+			}
+			if v[i] == ']' {
+				i++
+				break
+			}
+			if v[i] != ',' {
+				return dst[:0], syntaxErr(i, "expected ',' or ']'")
+			}
+			i = skipSpace(v, i+1)
+		}
+	}
+	if i = skipSpace(v, i); i < len(v) {
+		return dst[:0], syntaxErr(i, "invalid character "+describe(v[i])+" after the array")
+	}
+	return dst, nil
+}
