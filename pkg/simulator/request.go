@@ -1,0 +1,275 @@
+package simulator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+type endpoint int
+
+const (
+	endpointChat endpoint = iota
+	endpointCompletions
+)
+
+// defaultMaxTokens is OpenAI's default for completions; the simulator uses it on both endpoints
+// so that an answer stays short when the client sets no limit.
+const defaultMaxTokens = 16
+
+// request is a validated inference request: only what the simulator acts on.
+type request struct {
+	endpoint           endpoint
+	model              Model
+	promptTokens       int
+	maxTokens          int
+	stream             bool
+	includeUsage       bool
+	continuousUsage    bool // include_usage and continuous_usage_stats, as vLLM requires both
+	requiredToolChoice bool
+	directives         directives
+}
+
+// commonRequest holds the fields both endpoints read. Everything else in a body is ignored.
+type commonRequest struct {
+	Model               string          `json:"model"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	N                   *int            `json:"n"`
+	Stream              *bool           `json:"stream"`
+	StreamOptions       *streamOptions  `json:"stream_options"`
+	ToolChoice          json.RawMessage `json:"tool_choice"`
+}
+
+type streamOptions struct {
+	IncludeUsage         *bool `json:"include_usage"`
+	ContinuousUsageStats *bool `json:"continuous_usage_stats"`
+}
+
+type chatRequest struct {
+	commonRequest
+	Messages []chatRequestMessage `json:"messages"`
+}
+
+type chatRequestMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type completionRequest struct {
+	commonRequest
+	Prompt json.RawMessage `json:"prompt"`
+}
+
+// parse reads and validates the body of an inference request.
+func (s *Server) parse(r *http.Request, ep endpoint) (*request, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, &requestError{status: http.StatusRequestEntityTooLarge, message: fmt.Sprintf("Request body larger than %d bytes.", maxBody)}
+		}
+		return nil, badRequest("Could not read the request body.")
+	}
+
+	var (
+		common     *commonRequest
+		promptText func() (tokens int, directiveText string, err error)
+	)
+	switch ep {
+	case endpointChat:
+		var cr chatRequest
+		if err := decode(body, &cr); err != nil {
+			return nil, err
+		}
+		common = &cr.commonRequest
+		promptText = func() (int, string, error) { return chatPrompt(cr.Messages) }
+	default:
+		var cr completionRequest
+		if err := decode(body, &cr); err != nil {
+			return nil, err
+		}
+		common = &cr.commonRequest
+		promptText = func() (int, string, error) { return completionPrompt(cr.Prompt) }
+	}
+
+	if common.Model == "" {
+		return nil, badRequest("model: Field required")
+	}
+	model, ok := s.models[common.Model]
+	if !ok {
+		return nil, &requestError{status: http.StatusNotFound, message: fmt.Sprintf("The model `%s` does not exist.", common.Model)}
+	}
+	req := &request{endpoint: ep, model: model, maxTokens: defaultMaxTokens}
+
+	tokens, text, err := promptText()
+	if err != nil {
+		return nil, err
+	}
+	req.promptTokens = tokens
+
+	if err := req.readOptions(common); err != nil {
+		return nil, err
+	}
+	if req.directives, err = parseDirectives(text); err != nil {
+		return nil, err
+	}
+	if req.directives.toolCall != "" && ep != endpointChat {
+		return nil, badRequest("The tool_call directive is only valid on /v1/chat/completions.")
+	}
+	return req, nil
+}
+
+func (req *request) readOptions(c *commonRequest) error {
+	switch {
+	case c.MaxCompletionTokens != nil:
+		req.maxTokens = *c.MaxCompletionTokens
+	case c.MaxTokens != nil:
+		req.maxTokens = *c.MaxTokens
+	}
+	if req.maxTokens < 1 {
+		return badRequest("max_tokens must be at least 1, got %d.", req.maxTokens)
+	}
+	if c.N != nil && *c.N != 1 {
+		return badRequest("n must be 1: the simulator generates a single choice, got %d.", *c.N)
+	}
+	req.stream = c.Stream != nil && *c.Stream
+	if c.StreamOptions != nil {
+		if !req.stream {
+			return badRequest("Stream options can only be defined when `stream=True`.")
+		}
+		o := c.StreamOptions
+		req.includeUsage = o.IncludeUsage != nil && *o.IncludeUsage
+		req.continuousUsage = req.includeUsage && o.ContinuousUsageStats != nil && *o.ContinuousUsageStats
+	}
+	var choice string
+	req.requiredToolChoice = json.Unmarshal(c.ToolChoice, &choice) == nil && choice == "required"
+	return nil
+}
+
+// decode parses a request body, answering the way vLLM reports validation errors: a 400 that
+// names the field.
+func decode(body []byte, v any) error {
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return nil
+	}
+	var typeErr *json.UnmarshalTypeError
+	if errors.As(err, &typeErr) {
+		if typeErr.Field == "" {
+			return badRequest("Input should be a valid dictionary: the body must be a JSON object.")
+		}
+		return badRequest("%s: Input should be a valid %s", typeErr.Field, jsonKind(typeErr.Type.Kind().String()))
+	}
+	return badRequest("JSON decode error: %v", err)
+}
+
+// jsonKind names a Go kind in the words of vLLM's validation messages.
+func jsonKind(kind string) string {
+	switch {
+	case kind == "bool":
+		return "boolean"
+	case strings.HasPrefix(kind, "int"):
+		return "integer"
+	case kind == "slice":
+		return "list"
+	case kind == "struct", kind == "map":
+		return "dictionary"
+	}
+	return kind
+}
+
+// chatPrompt counts the words of every message and returns the text of the last user message,
+// where directives are read.
+func chatPrompt(msgs []chatRequestMessage) (tokens int, lastUser string, err error) {
+	if msgs == nil {
+		return 0, "", badRequest("messages: Field required")
+	}
+	for i, m := range msgs {
+		text, err := contentText(m.Content)
+		if err != nil {
+			return 0, "", badRequest("messages[%d].content: %v", i, err)
+		}
+		tokens += len(strings.Fields(text))
+		if m.Role == "user" {
+			lastUser = text
+		}
+	}
+	return tokens, lastUser, nil
+}
+
+// contentText is a message content's text: the string itself, or the "text" of every content
+// part, one per line. Parts without text (images) add nothing.
+func contentText(raw json.RawMessage) (string, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return "", nil
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s, nil
+	}
+	var parts []struct {
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", errors.New("Input should be a valid string or a list of content parts")
+	}
+	texts := make([]string, 0, len(parts))
+	for _, p := range parts {
+		if p.Text != nil {
+			texts = append(texts, *p.Text)
+		}
+	}
+	return strings.Join(texts, "\n"), nil
+}
+
+// completionPrompt counts a completions prompt, in each of the four shapes vLLM accepts, and
+// returns the text where directives are read: the prompt, or the last string of an array.
+func completionPrompt(raw json.RawMessage) (tokens int, text string, err error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, "", badRequest("prompt: Field required")
+	}
+	var one string
+	if json.Unmarshal(raw, &one) == nil {
+		return len(strings.Fields(one)), one, nil
+	}
+	var many []string
+	if json.Unmarshal(raw, &many) == nil {
+		if len(many) == 0 {
+			return 0, "", badRequest("prompt: the list must not be empty")
+		}
+		for _, p := range many {
+			tokens += len(strings.Fields(p))
+		}
+		return tokens, many[len(many)-1], nil
+	}
+	var ids []int
+	if json.Unmarshal(raw, &ids) == nil {
+		return len(ids), "", nil
+	}
+	var batches [][]int
+	if json.Unmarshal(raw, &batches) == nil {
+		for _, b := range batches {
+			tokens += len(b)
+		}
+		return tokens, "", nil
+	}
+	return 0, "", badRequest("prompt: Input should be a valid string, list of strings, list of token ids or list of lists of token ids")
+}
+
+// checkContext refuses a request that cannot fit the model's context, with vLLM's message.
+func (req *request) checkContext() error {
+	limit := req.model.ContextLength
+	if limit <= 0 || req.promptTokens+req.maxTokens <= limit {
+		return nil
+	}
+	where := "messages"
+	if req.endpoint == endpointCompletions {
+		where = "prompt"
+	}
+	return badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the %s, %d in the completion). Please reduce the length of the %s or completion.",
+		limit, req.promptTokens+req.maxTokens, req.promptTokens, where, req.maxTokens, where)
+}

@@ -1,0 +1,79 @@
+package simulator
+
+// The response bodies, in vLLM's field order. They follow OpenAI's schemas
+// (CreateChatCompletionResponse, CreateChatCompletionStreamResponse, CreateCompletionResponse):
+// a chat message always carries content and refusal, a choice always carries logprobs, as null.
+
+// chatCompletion is a chat response ("chat.completion") or one of its stream chunks
+// ("chat.completion.chunk").
+type chatCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []chatChoice `json:"choices"`
+	Usage   *usage       `json:"usage,omitempty"`
+}
+
+// chatChoice carries Message in a response and Delta in a chunk.
+type chatChoice struct {
+	Index        int          `json:"index"`
+	Message      *chatMessage `json:"message,omitempty"`
+	Delta        *chatDelta   `json:"delta,omitempty"`
+	Logprobs     *struct{}    `json:"logprobs"`      // always null
+	FinishReason *string      `json:"finish_reason"` // null in chunks before the last
+}
+
+type chatMessage struct {
+	Role      string     `json:"role"`
+	Content   *string    `json:"content"` // null for a tool call
+	Refusal   *string    `json:"refusal"` // always null
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
+}
+
+type chatDelta struct {
+	Role      string     `json:"role,omitempty"`
+	Content   *string    `json:"content,omitempty"`
+	ToolCalls []toolCall `json:"tool_calls,omitempty"`
+}
+
+// toolCall is a tool call in a message, or a fragment of one in a delta (with Index).
+type toolCall struct {
+	Index    *int         `json:"index,omitempty"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function toolFunction `json:"function"`
+}
+
+type toolFunction struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+// textCompletion is a completions response or stream chunk: both are "text_completion".
+type textCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []textChoice `json:"choices"`
+	Usage   *usage       `json:"usage,omitempty"`
+}
+
+type textChoice struct {
+	Index        int       `json:"index"`
+	Text         string    `json:"text"`
+	Logprobs     *struct{} `json:"logprobs"`      // always null
+	FinishReason *string   `json:"finish_reason"` // null in chunks before the last
+}
+
+type usage struct {
+	PromptTokens        int                  `json:"prompt_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details,omitempty"`
+}
+
+type promptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
