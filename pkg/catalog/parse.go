@@ -1,0 +1,298 @@
+package catalog
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/neocloud/kiln/pkg/money"
+	"go.yaml.in/yaml/v3"
+)
+
+// Version is the only catalog file format version this package reads.
+const Version = 1
+
+// Modalities are the input modalities a model may declare.
+var Modalities = []string{"text", "image", "audio"}
+
+var (
+	idPattern     = regexp.MustCompile(`^[A-Za-z0-9._:/-]+$`)
+	envVarPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+)
+
+// The file* types mirror the YAML file. Prices are kept as nodes so that an unquoted number can be
+// told apart from a string: a YAML float would be a float somewhere before it is money.
+type fileCatalog struct {
+	Version int         `yaml:"version"`
+	Models  []fileModel `yaml:"models"`
+}
+
+type fileModel struct {
+	ID                string        `yaml:"id"`
+	OwnedBy           string        `yaml:"owned_by"`
+	Created           int64         `yaml:"created"`
+	ContextLength     int           `yaml:"context_length"`
+	InputModalities   []string      `yaml:"input_modalities"`
+	ParallelToolCalls bool          `yaml:"parallel_tool_calls"`
+	ForcedToolChoice  bool          `yaml:"forced_tool_choice"`
+	IgnoreEOS         bool          `yaml:"ignore_eos"`
+	Pricing           *filePricing  `yaml:"pricing"`
+	Backends          []fileBackend `yaml:"backends"`
+}
+
+type filePricing struct {
+	Input       yaml.Node `yaml:"input"`
+	CachedInput yaml.Node `yaml:"cached_input"`
+	Output      yaml.Node `yaml:"output"`
+}
+
+type fileBackend struct {
+	Name            string `yaml:"name"`
+	URL             string `yaml:"url"`
+	Model           string `yaml:"model"`
+	ContinuousUsage bool   `yaml:"continuous_usage"`
+	APIKeyEnv       string `yaml:"api_key_env"`
+}
+
+// Load reads and validates the catalog file at path.
+func Load(path string) (*Catalog, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load catalog: %w", err)
+	}
+	c, err := Parse(data)
+	if err != nil {
+		return nil, fmt.Errorf("load catalog %s:\n%w", path, err)
+	}
+	return c, nil
+}
+
+// Parse reads and validates a catalog file. Unknown keys and values of the wrong type are errors;
+// when the file's shape is right, every validation problem is reported together, each prefixed
+// with its location, e.g. "models[1].pricing.output: ...".
+func Parse(data []byte) (*Catalog, error) {
+	var f fileCatalog
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, errors.New("catalog is empty")
+		}
+		return nil, shapeError(err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("catalog holds more than one YAML document")
+	}
+	return f.build()
+}
+
+// typeNames turns the decoder's Go type names into words an operator knows.
+var typeNames = strings.NewReplacer(
+	"type catalog.fileCatalog", "the catalog",
+	"type catalog.fileModel", "a model",
+	"type catalog.filePricing", "pricing",
+	"type catalog.fileBackend", "a backend",
+	"catalog.fileCatalog", "the catalog",
+	"[]catalog.fileModel", "a list of models",
+	"catalog.fileModel", "a model",
+	"catalog.filePricing", "pricing",
+	"[]catalog.fileBackend", "a list of backends",
+	"catalog.fileBackend", "a backend",
+)
+
+// shapeError rewrites the decoder's errors (one per line, each with its line number) so that
+// they name the catalog's parts instead of this package's types.
+func shapeError(err error) error {
+	var te *yaml.TypeError
+	if !errors.As(err, &te) {
+		return fmt.Errorf("catalog is not valid YAML: %w", err)
+	}
+	errs := make([]error, 0, len(te.Errors))
+	for _, e := range te.Errors {
+		errs = append(errs, errors.New(typeNames.Replace(e)))
+	}
+	return errors.Join(errs...)
+}
+
+func (f *fileCatalog) build() (*Catalog, error) {
+	var errs []error
+	fail := func(loc, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", loc, fmt.Sprintf(format, args...)))
+	}
+
+	if f.Version != Version {
+		if f.Version == 0 {
+			fail("version", "missing; must be %d", Version)
+		} else {
+			fail("version", "must be %d, got %d", Version, f.Version)
+		}
+	}
+	if len(f.Models) == 0 {
+		fail("models", "at least one model is required")
+	}
+
+	c := &Catalog{Version: f.Version, byID: make(map[string]*Model, len(f.Models))}
+	idAt := map[string]string{}      // model id → where it was first defined
+	backendAt := map[string]string{} // backend name → where it was first defined
+	for i, fm := range f.Models {
+		at := fmt.Sprintf("models[%d]", i)
+		m := &Model{
+			ID:                fm.ID,
+			OwnedBy:           fm.OwnedBy,
+			Created:           fm.Created,
+			ContextLength:     fm.ContextLength,
+			InputModalities:   fm.InputModalities,
+			ParallelToolCalls: fm.ParallelToolCalls,
+			ForcedToolChoice:  fm.ForcedToolChoice,
+			IgnoreEOS:         fm.IgnoreEOS,
+		}
+
+		switch {
+		case fm.ID == "":
+			fail(at+".id", "missing")
+		case !idPattern.MatchString(fm.ID):
+			fail(at+".id", "%q may hold only letters, digits and . _ : / -", fm.ID)
+		case idAt[fm.ID] != "":
+			fail(at+".id", "%q is already used by %s", fm.ID, idAt[fm.ID])
+		default:
+			idAt[fm.ID] = at
+		}
+		if fm.Created < 0 {
+			fail(at+".created", "must not be negative, got %d", fm.Created)
+		}
+		if fm.ContextLength <= 0 {
+			fail(at+".context_length", "must be greater than 0, got %d", fm.ContextLength)
+		}
+		if len(fm.InputModalities) == 0 {
+			fail(at+".input_modalities", "at least one of %s is required", strings.Join(Modalities, ", "))
+		}
+		for j, mod := range fm.InputModalities {
+			switch {
+			case !slices.Contains(Modalities, mod):
+				fail(fmt.Sprintf("%s.input_modalities[%d]", at, j), "%q is not one of %s", mod, strings.Join(Modalities, ", "))
+			case slices.Index(fm.InputModalities, mod) < j:
+				fail(fmt.Sprintf("%s.input_modalities[%d]", at, j), "%q is listed twice", mod)
+			}
+		}
+
+		if fm.Pricing == nil {
+			fail(at+".pricing", "missing; input, cached_input and output are required")
+		} else {
+			for _, p := range []struct {
+				key  string
+				node *yaml.Node
+				dst  *money.Amount
+			}{
+				{"input", &fm.Pricing.Input, &m.Pricing.Input},
+				{"cached_input", &fm.Pricing.CachedInput, &m.Pricing.CachedInput},
+				{"output", &fm.Pricing.Output, &m.Pricing.Output},
+			} {
+				a, err := price(p.node)
+				if err != nil {
+					fail(at+".pricing."+p.key, "%v", err)
+				}
+				*p.dst = a
+			}
+		}
+
+		if len(fm.Backends) == 0 {
+			fail(at+".backends", "at least one backend is required")
+		}
+		for j, fb := range fm.Backends {
+			bat := fmt.Sprintf("%s.backends[%d]", at, j)
+			b := Backend{
+				Name:            fb.Name,
+				Model:           fb.Model,
+				ContinuousUsage: fb.ContinuousUsage,
+				APIKeyEnv:       fb.APIKeyEnv,
+			}
+			switch {
+			case fb.Name == "":
+				fail(bat+".name", "missing")
+			case !idPattern.MatchString(fb.Name):
+				fail(bat+".name", "%q may hold only letters, digits and . _ : / -", fb.Name)
+			case backendAt[fb.Name] != "":
+				fail(bat+".name", "%q is already used by %s", fb.Name, backendAt[fb.Name])
+			default:
+				backendAt[fb.Name] = bat
+			}
+			u, err := baseURL(fb.URL)
+			if err != nil {
+				fail(bat+".url", "%v", err)
+			}
+			b.URL = u
+			if strings.TrimSpace(b.Model) != b.Model {
+				fail(bat+".model", "%q has leading or trailing spaces", b.Model)
+			}
+			if b.Model == "" {
+				b.Model = fm.ID
+			}
+			if b.APIKeyEnv != "" && !envVarPattern.MatchString(b.APIKeyEnv) {
+				fail(bat+".api_key_env", "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", b.APIKeyEnv)
+			}
+			m.Backends = append(m.Backends, b)
+		}
+
+		c.Models = append(c.Models, m)
+		if _, dup := c.byID[m.ID]; !dup {
+			c.byID[m.ID] = m
+		}
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// price reads a price node, which must be a YAML string: an unquoted 0.035 is a float to YAML,
+// and prices never pass through floats.
+func price(n *yaml.Node) (money.Amount, error) {
+	for n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	if n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null") {
+		return 0, errors.New(`missing; write the USD price per 1M tokens as a quoted decimal, e.g. "0.035"`)
+	}
+	if n.Kind != yaml.ScalarNode {
+		return 0, errors.New(`must be a quoted decimal string, e.g. "0.035"`)
+	}
+	if n.ShortTag() != "!!str" {
+		return 0, fmt.Errorf("must be a quoted string: write %q, not %s, so the price is never read as a float", n.Value, n.Value)
+	}
+	return money.ParsePrice(n.Value)
+}
+
+// baseURL checks a backend base URL and drops one trailing slash.
+func baseURL(raw string) (string, error) {
+	if raw == "" {
+		return "", errors.New("missing; e.g. http://10.0.0.5:8000/v1")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", fmt.Errorf("%q is not a URL", raw)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("%q must be an absolute http or https URL", raw)
+	case u.Host == "" || u.Hostname() == "":
+		return "", fmt.Errorf("%q has no host", raw)
+	case u.User != nil:
+		return "", fmt.Errorf("%q must not carry credentials; use api_key_env", raw)
+	case u.RawQuery != "" || u.ForceQuery || strings.Contains(raw, "?"):
+		return "", fmt.Errorf("%q must not have a query", raw)
+	case u.Fragment != "" || strings.Contains(raw, "#"):
+		return "", fmt.Errorf("%q must not have a fragment", raw)
+	}
+	norm := strings.TrimSuffix(raw, "/")
+	if !strings.HasSuffix(norm, "/v1") || !strings.HasSuffix(strings.TrimSuffix(u.Path, "/"), "/v1") {
+		return "", fmt.Errorf("%q: the path must end in /v1", raw)
+	}
+	return norm, nil
+}
