@@ -1,0 +1,284 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/config"
+	"github.com/neocloud/kiln/pkg/store"
+)
+
+// cli is one invocation of kilnctl: where it writes, how it reads the environment and the
+// clock, and the store, opened only once a command's arguments have been accepted.
+type cli struct {
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	now            func() time.Time
+	st             store.Store
+}
+
+// run executes one kilnctl command line (without the program name) and returns the exit
+// status: 0 on success, 1 when the command failed, 2 when it was used wrongly.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	c := &cli{stdout: stdout, stderr: stderr, getenv: getenv, now: time.Now}
+	code := c.run(ctx, args)
+	if c.st != nil {
+		if err := c.st.Close(); err != nil {
+			fmt.Fprintf(stderr, "kilnctl: close store: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	return code
+}
+
+func (c *cli) run(ctx context.Context, args []string) int {
+	err := c.dispatch(ctx, args)
+	var help *helpRequest
+	var usage *usageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &help):
+		io.WriteString(c.stdout, help.usage)
+		return 0
+	case errors.As(err, &usage):
+		fmt.Fprintf(c.stderr, "kilnctl: %s\n\n%s", usage.msg, usage.usage)
+		return 2
+	default:
+		fmt.Fprintf(c.stderr, "kilnctl: %v\n", err)
+		return 1
+	}
+}
+
+// command is one kilnctl command, such as "org create".
+type command struct {
+	name    string // the words that select it
+	args    string // its arguments, for the usage line
+	summary string
+	run     func(ctx context.Context, c *cli, f *flags, args []string) error
+}
+
+// commands lists every command in the order help shows them. It is a function rather than a
+// variable because the help command refers back to it.
+func commands() []command {
+	return []command{
+		{"org create", "--name NAME [--max-in-flight N] [--id ID]", "create an organization", orgCreate},
+		{"org list", "", "list organizations", orgList},
+		{"org show", "ID", "show an organization with its balance and in-flight requests", orgShow},
+		{"org suspend", "ID", "refuse the organization's requests until it is resumed", orgSuspend},
+		{"org resume", "ID", "accept the organization's requests again", orgResume},
+		{"org set-limit", "ID N", "set the organization's in-flight limit (1..10000)", orgSetLimit},
+		{"key create", "--org ID", "create an API key; the key is printed once", keyCreate},
+		{"key list", "--org ID", "list an organization's keys (never their secrets)", keyList},
+		{"key revoke", "KEY_ID", "revoke a key", keyRevoke},
+		{"credits add", "--org ID --usd AMOUNT [--note TEXT]", "top up an organization's credits", creditsAdd},
+		{"credits adjust", "--org ID --usd AMOUNT --note TEXT", "correct an organization's credits by a signed amount", creditsAdjust},
+		{"credits show", "--org ID", "show an organization's balance and limit", creditsShow},
+		{"credits ledger", "--org ID [--csv]", "list an organization's ledger entries", creditsLedger},
+		{"usage", "--org ID --from DAY --to DAY [--by day|model] [--csv]", "list or roll up an organization's usage (UTC days, --to inclusive)", usageReport},
+		{"maintenance on", "--until TIME", "answer 503 to every request until TIME (RFC 3339)", maintenanceOn},
+		{"maintenance off", "", "end the maintenance window", maintenanceOff},
+		{"maintenance show", "", "show the maintenance window", maintenanceShow},
+	}
+}
+
+func (c *cli) dispatch(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return &usageError{msg: "no command given", usage: overview("")}
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		return c.help(ctx, args[1:])
+	}
+	cmds := commands()
+	for i := range cmds {
+		words := strings.Fields(cmds[i].name)
+		if len(args) >= len(words) && slices.Equal(args[:len(words)], words) {
+			f := newFlags(&cmds[i])
+			return cmds[i].run(ctx, c, f, args[len(words):])
+		}
+	}
+	if group := overview(args[0]); group != "" {
+		if len(args) == 1 {
+			return &usageError{msg: args[0] + ": no subcommand given", usage: group}
+		}
+		if isHelpFlag(args[1]) {
+			return &helpRequest{usage: group}
+		}
+		return &usageError{msg: fmt.Sprintf("unknown command %q", args[0]+" "+args[1]), usage: group}
+	}
+	return &usageError{msg: fmt.Sprintf("unknown command %q", args[0]), usage: overview("")}
+}
+
+// help answers "kilnctl help [COMMAND]".
+func (c *cli) help(ctx context.Context, topic []string) error {
+	if len(topic) == 0 {
+		return &helpRequest{usage: overview("")}
+	}
+	// A command's own -h renders its flags, so help on a command is that.
+	err := c.dispatch(ctx, append(slices.Clone(topic), "-h"))
+	var help *helpRequest
+	if errors.As(err, &help) {
+		return err
+	}
+	return &usageError{msg: fmt.Sprintf("no help for %q: unknown command", strings.Join(topic, " ")), usage: overview("")}
+}
+
+func isHelpFlag(s string) bool {
+	return s == "-h" || s == "-help" || s == "--help"
+}
+
+// overview lists the commands whose first word is group, or all of them when group is "". It
+// returns "" when no command starts with group.
+func overview(group string) string {
+	var b bytes.Buffer
+	if group == "" {
+		b.WriteString("kilnctl administers a Kiln gateway: organizations, API keys, credits, usage and the\n" +
+			"maintenance window.\n\n")
+	}
+	b.WriteString("usage:\n")
+	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
+	n := 0
+	for _, cmd := range commands() {
+		if group != "" && strings.Fields(cmd.name)[0] != group {
+			continue
+		}
+		n++
+		fmt.Fprintf(tw, "  kilnctl %s\t%s\n", strings.TrimSpace(cmd.name+" "+cmd.args), cmd.summary)
+	}
+	tw.Flush()
+	if n == 0 {
+		return ""
+	}
+	b.WriteString("\nEvery command takes --json to print one JSON document instead of text, and -h for its flags.\n")
+	if group == "" {
+		b.WriteString("Flags may come before or after arguments. Money is exact decimal USD (\"10\", \"0.000001\").\n\n" +
+			"environment:\n" +
+			"  KILN_STORE      sqlite (default) or dynamodb\n" +
+			"  KILN_DATA_DIR   embedded store directory (default ./.kiln)\n" +
+			"  KILN_TABLE_PREFIX, KILN_DYNAMODB_ENDPOINT, AWS_REGION   for the DynamoDB store\n\n" +
+			"exit status: 0 success, 1 the command failed, 2 the command was used wrongly.\n")
+	}
+	return b.String()
+}
+
+// helpRequest is returned when -h or help asked for a usage text; it goes to stdout.
+type helpRequest struct{ usage string }
+
+func (h *helpRequest) Error() string { return "help requested" }
+
+// usageError is a command used wrongly: the message and the command's usage go to stderr and
+// kilnctl exits with status 2, having changed nothing.
+type usageError struct{ msg, usage string }
+
+func (u *usageError) Error() string { return u.msg }
+
+// flags is a command's flag set with the flags every command has.
+type flags struct {
+	*flag.FlagSet
+	cmd  *command
+	json *bool
+}
+
+func newFlags(cmd *command) *flags {
+	fs := flag.NewFlagSet("kilnctl "+cmd.name, flag.ContinueOnError)
+	// Parse returns the same message it would print; run prints it with the usage.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	f := &flags{FlagSet: fs, cmd: cmd}
+	f.json = fs.Bool("json", false, "print one JSON document instead of text")
+	return f
+}
+
+// parse reads flags and exactly the named positional arguments, in any order: the flag
+// package stops at the first non-flag, so parsing resumes after each positional argument.
+func (f *flags) parse(args []string, positional ...string) ([]string, error) {
+	var pos []string
+	for {
+		if err := f.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, &helpRequest{usage: f.usage()}
+			}
+			return nil, f.usageErr("%v", err)
+		}
+		rest := f.Args()
+		if len(rest) == 0 {
+			break
+		}
+		if used := len(args) - len(rest); used > 0 && args[used-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	switch {
+	case len(pos) < len(positional):
+		return nil, f.usageErr("missing %s", strings.Join(positional[len(pos):], " "))
+	case len(pos) > len(positional):
+		return nil, f.usageErr("unexpected argument %q", pos[len(positional)])
+	}
+	return pos, nil
+}
+
+func (f *flags) usageErr(format string, a ...any) error {
+	return &usageError{msg: f.cmd.name + ": " + fmt.Sprintf(format, a...), usage: f.usage()}
+}
+
+func (f *flags) usage() string {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "usage: kilnctl %s [--json]\n\n%s.\n\nflags:\n", strings.TrimSpace(f.cmd.name+" "+f.cmd.args), capitalize(f.cmd.summary))
+	f.SetOutput(&b)
+	f.PrintDefaults()
+	f.SetOutput(io.Discard)
+	return b.String()
+}
+
+func capitalize(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// store opens the configured store on first use.
+func (c *cli) store(ctx context.Context) (store.Store, error) {
+	if c.st != nil {
+		return c.st, nil
+	}
+	cfg, err := config.Load(c.getenv)
+	if err != nil {
+		return nil, fmt.Errorf("configuration: %w", err)
+	}
+	st, err := config.OpenStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.st = st
+	return st, nil
+}
+
+// org reads one organization, naming it plainly when it does not exist.
+func (c *cli) org(ctx context.Context, st store.Store, orgID string) (store.Org, error) {
+	o, err := st.Org(ctx, orgID)
+	if errors.Is(err, store.ErrNotFound) {
+		return o, fmt.Errorf("organization %q not found", orgID)
+	}
+	if err != nil {
+		return o, fmt.Errorf("read organization %s: %w", orgID, err)
+	}
+	return o, nil
+}
+
+// clock returns the current time in UTC; every stored and printed time is UTC.
+func (c *cli) clock() time.Time { return c.now().UTC() }

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/usage"
+)
+
+// totals is a roll-up of usage events. Cost is an exact sum.
+type totals struct {
+	Requests         int64        `json:"requests"`
+	PromptTokens     int64        `json:"prompt_tokens"`
+	CachedTokens     int64        `json:"cached_tokens"`
+	CompletionTokens int64        `json:"completion_tokens"`
+	Cost             money.Amount `json:"cost"`
+}
+
+func (t *totals) add(e usage.Event) error {
+	cost, err := t.Cost.Add(e.Cost)
+	if err != nil {
+		return fmt.Errorf("sum cost at generation %s: %w", e.GenerationID, err)
+	}
+	t.Requests++
+	t.PromptTokens += e.PromptTokens
+	t.CachedTokens += e.CachedTokens
+	t.CompletionTokens += e.CompletionTokens
+	t.Cost = cost
+	return nil
+}
+
+func (t totals) cells() []string {
+	return []string{
+		strconv.FormatInt(t.Requests, 10),
+		strconv.FormatInt(t.PromptTokens, 10),
+		strconv.FormatInt(t.CachedTokens, 10),
+		strconv.FormatInt(t.CompletionTokens, 10),
+	}
+}
+
+// rollupRow is one group of a roll-up: a day ("2026-11-29") or a model.
+type rollupRow struct {
+	Day   string  `json:"day,omitempty"`
+	Model *string `json:"model,omitempty"`
+	totals
+}
+
+// rollup is what usage --by prints.
+type rollup struct {
+	OrgID string      `json:"org_id"`
+	From  string      `json:"from"`
+	To    string      `json:"to"`
+	By    string      `json:"by"`
+	Rows  []rollupRow `json:"rows"`
+	Total totals      `json:"total"`
+}
+
+func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
+	orgID := f.String("org", "", "the organization's `ID` (required)")
+	fromArg := f.String("from", "", "the first UTC `DAY`, such as 2026-11-01 (required)")
+	toArg := f.String("to", "", "the last UTC `DAY`, included (required)")
+	by := f.String("by", "", "roll up per `day` or per model instead of listing events")
+	asCSV := f.Bool("csv", false, "print CSV with a header row")
+	if _, err := f.parse(args); err != nil {
+		return err
+	}
+	switch {
+	case *orgID == "":
+		return f.usageErr("--org is required")
+	case *fromArg == "" || *toArg == "":
+		return f.usageErr("--from and --to are required")
+	case *by != "" && *by != "day" && *by != "model":
+		return f.usageErr("--by %q: want day or model", *by)
+	case *asCSV && *f.json:
+		return f.usageErr("--csv and --json exclude each other")
+	}
+	from, err := time.Parse(time.DateOnly, *fromArg)
+	if err != nil {
+		return f.usageErr("--from %q: want a day such as 2026-11-01", *fromArg)
+	}
+	to, err := time.Parse(time.DateOnly, *toArg)
+	if err != nil {
+		return f.usageErr("--to %q: want a day such as 2026-11-30", *toArg)
+	}
+	if to.Before(from) {
+		return f.usageErr("--to %s is before --from %s", *toArg, *fromArg)
+	}
+	st, err := c.store(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := c.org(ctx, st, *orgID); err != nil {
+		return err
+	}
+	events, err := st.Usage(ctx, *orgID, from, to.AddDate(0, 0, 1))
+	if err != nil {
+		return fmt.Errorf("usage of %s: %w", *orgID, err)
+	}
+	slices.SortStableFunc(events, func(a, b usage.Event) int { return a.StartedAt.Compare(b.StartedAt) })
+	for i := range events {
+		events[i].StartedAt = events[i].StartedAt.UTC()
+	}
+	if *by == "" {
+		return c.listEvents(f, events, *asCSV)
+	}
+
+	r := rollup{OrgID: *orgID, From: *fromArg, To: *toArg, By: *by, Rows: []rollupRow{}}
+	groups := map[string]*totals{}
+	for _, e := range events {
+		k := e.Day()
+		if *by == "model" {
+			k = e.Model
+		}
+		if groups[k] == nil {
+			groups[k] = &totals{}
+		}
+		if err := groups[k].add(e); err != nil {
+			return err
+		}
+		if err := r.Total.add(e); err != nil {
+			return err
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(groups)) {
+		row := rollupRow{totals: *groups[k]}
+		if *by == "day" {
+			row.Day = k
+		} else {
+			row.Model = &k
+		}
+		r.Rows = append(r.Rows, row)
+	}
+	key := func(row rollupRow) string {
+		if row.Model != nil {
+			return *row.Model
+		}
+		return row.Day
+	}
+	switch {
+	case *f.json:
+		return writeJSON(c.stdout, r)
+	case *asCSV:
+		rows := make([][]string, 0, len(r.Rows))
+		for _, row := range r.Rows {
+			rows = append(rows, append(append([]string{key(row)}, row.cells()...), row.Cost.String()))
+		}
+		return writeCSV(c.stdout, []string{*by, "requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost"}, rows)
+	}
+	head := "DAY"
+	if *by == "model" {
+		head = "MODEL"
+	}
+	t := newTable(c.stdout, head, "REQUESTS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
+	for _, row := range r.Rows {
+		t.row(append(append([]string{orNone(key(row))}, row.cells()...), usd(row.Cost))...)
+	}
+	t.row(append(append([]string{"total"}, r.Total.cells()...), usd(r.Total.Cost))...)
+	return t.flush()
+}
+
+// eventColumns are the CSV columns of usage events: the event's wire names (contract section 8).
+var eventColumns = []string{
+	"generation_id", "org_id", "key_id", "model", "endpoint", "stream", "status", "http_status",
+	"finish_reason", "prompt_tokens", "cached_tokens", "completion_tokens", "cost", "estimated",
+	"started_at", "ttft_ms", "duration_ms", "backend",
+}
+
+func (c *cli) listEvents(f *flags, events []usage.Event, asCSV bool) error {
+	switch {
+	case *f.json:
+		if events == nil {
+			events = []usage.Event{}
+		}
+		return writeJSON(c.stdout, events)
+	case asCSV:
+		rows := make([][]string, 0, len(events))
+		for _, e := range events {
+			rows = append(rows, []string{
+				e.GenerationID, e.OrgID, e.KeyID, e.Model, e.Endpoint, strconv.FormatBool(e.Stream),
+				string(e.Status), strconv.Itoa(e.HTTPStatus), e.FinishReason,
+				strconv.FormatInt(e.PromptTokens, 10), strconv.FormatInt(e.CachedTokens, 10),
+				strconv.FormatInt(e.CompletionTokens, 10), e.Cost.String(), strconv.FormatBool(e.Estimated),
+				exactTime(e.StartedAt), strconv.FormatInt(e.TTFTMillis, 10),
+				strconv.FormatInt(e.DurationMillis, 10), e.Backend,
+			})
+		}
+		return writeCSV(c.stdout, eventColumns, rows)
+	}
+	var sum totals
+	t := newTable(c.stdout, "STARTED", "GENERATION", "MODEL", "STATUS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
+	for _, e := range events {
+		if err := sum.add(e); err != nil {
+			return err
+		}
+		t.row(shortTime(e.StartedAt), e.GenerationID, orNone(e.Model), string(e.Status),
+			strconv.FormatInt(e.PromptTokens, 10), strconv.FormatInt(e.CachedTokens, 10),
+			strconv.FormatInt(e.CompletionTokens, 10), usd(e.Cost))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(c.stdout, "%d requests, %s USD\n", sum.Requests, usd(sum.Cost))
+	return err
+}
