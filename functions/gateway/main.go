@@ -1,0 +1,38 @@
+// Command gateway is Kiln's public API. Off Lambda it serves HTTP on KILN_ADDR with the
+// configured store; `make run` starts it with the built-in model simulator and a demo
+// organization (see pkg/local).
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/neocloud/kiln/pkg/config"
+	"github.com/neocloud/kiln/pkg/local"
+)
+
+func main() {
+	cfg, err := config.Load(os.Getenv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "gateway: configuration:\n%v\n", err)
+		os.Exit(2)
+	}
+	log := newLogger(cfg.LogLevel)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := local.Run(ctx, cfg, os.Getenv, log, os.Stdout); err != nil {
+		log.Error("gateway stopped", slog.String("error", err.Error()))
+		stop()
+		os.Exit(1)
+	}
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}

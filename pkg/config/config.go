@@ -1,0 +1,125 @@
+// Package config reads Kiln's configuration from the environment once, at start, and reports
+// every problem together (contract section 11).
+package config
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+)
+
+// Store kinds.
+const (
+	StoreSQLite   = "sqlite"
+	StoreDynamoDB = "dynamodb"
+)
+
+// Config is the whole configuration of the gateway and kilnctl.
+type Config struct {
+	Addr             string        // KILN_ADDR: listen address off Lambda
+	DataDir          string        // KILN_DATA_DIR: embedded store directory
+	Store            string        // KILN_STORE: sqlite or dynamodb
+	Catalog          string        // KILN_CATALOG: catalog file; "" is the embedded reference catalog
+	Keepalive        time.Duration // KILN_KEEPALIVE: backend silence before a ": keepalive" comment
+	MaxBody          int64         // KILN_MAX_BODY: request body limit in bytes
+	TablePrefix      string        // KILN_TABLE_PREFIX
+	DynamoDBEndpoint string        // KILN_DYNAMODB_ENDPOINT
+	EventBus         string        // KILN_EVENT_BUS
+	EventBridgeURL   string        // KILN_EVENTBRIDGE_ENDPOINT
+	SQSURL           string        // KILN_SQS_ENDPOINT
+	Region           string        // AWS_REGION
+	Simulator        string        // KILN_SIMULATOR_ADDR: start the built-in model simulator there ("" = don't)
+	ConnectTimeout   time.Duration // KILN_BACKEND_CONNECT_TIMEOUT
+	HeaderTimeout    time.Duration // KILN_BACKEND_HEADER_TIMEOUT: wait for a backend's response headers
+	LeaseTTL         time.Duration // KILN_LEASE_TTL: in-flight slot lease
+	CacheTTL         time.Duration // KILN_CACHE_TTL: how long keys, organizations and maintenance are cached
+	LogLevel         string        // KILN_LOG_LEVEL: debug, info, warn, error
+	OnLambda         bool          // AWS_LAMBDA_RUNTIME_API is set
+	DemoOrgCredits   string        // KILN_DEMO_CREDITS: credits given to the demo organization at first start
+	ShutdownGrace    time.Duration // KILN_SHUTDOWN_GRACE: how long open streams may finish on SIGTERM
+	SettleReserve    time.Duration // KILN_SETTLE_RESERVE: stop streams this long before a deadline
+}
+
+// Load reads the configuration through getenv (os.Getenv in main, a map in tests).
+func Load(getenv func(string) string) (Config, error) {
+	var errs []error
+	str := func(name, def string) string {
+		if v := getenv(name); v != "" {
+			return v
+		}
+		return def
+	}
+	dur := func(name string, def time.Duration) time.Duration {
+		v := getenv(name)
+		if v == "" {
+			return def
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			errs = append(errs, fmt.Errorf("%s=%q: want a positive duration such as 15s", name, v))
+			return def
+		}
+		return d
+	}
+	c := Config{
+		OnLambda:         getenv("AWS_LAMBDA_RUNTIME_API") != "",
+		Addr:             str("KILN_ADDR", "127.0.0.1:8080"),
+		DataDir:          str("KILN_DATA_DIR", "./.kiln"),
+		Catalog:          getenv("KILN_CATALOG"),
+		Keepalive:        dur("KILN_KEEPALIVE", 15*time.Second),
+		TablePrefix:      str("KILN_TABLE_PREFIX", "kiln-"),
+		DynamoDBEndpoint: getenv("KILN_DYNAMODB_ENDPOINT"),
+		EventBus:         getenv("KILN_EVENT_BUS"),
+		EventBridgeURL:   getenv("KILN_EVENTBRIDGE_ENDPOINT"),
+		SQSURL:           getenv("KILN_SQS_ENDPOINT"),
+		Region:           getenv("AWS_REGION"),
+		Simulator:        getenv("KILN_SIMULATOR_ADDR"),
+		ConnectTimeout:   dur("KILN_BACKEND_CONNECT_TIMEOUT", 10*time.Second),
+		HeaderTimeout:    dur("KILN_BACKEND_HEADER_TIMEOUT", 120*time.Second),
+		LeaseTTL:         dur("KILN_LEASE_TTL", 60*time.Second),
+		CacheTTL:         dur("KILN_CACHE_TTL", 2*time.Second),
+		LogLevel:         str("KILN_LOG_LEVEL", "info"),
+		DemoOrgCredits:   str("KILN_DEMO_CREDITS", "10.00"),
+		ShutdownGrace:    dur("KILN_SHUTDOWN_GRACE", 30*time.Second),
+		SettleReserve:    dur("KILN_SETTLE_RESERVE", 5*time.Second),
+	}
+	def := StoreSQLite
+	if c.OnLambda {
+		def = StoreDynamoDB
+	}
+	c.Store = str("KILN_STORE", def)
+	if c.Store != StoreSQLite && c.Store != StoreDynamoDB {
+		errs = append(errs, fmt.Errorf("KILN_STORE=%q: want sqlite or dynamodb", c.Store))
+	}
+	c.MaxBody = 5 << 20
+	if v := getenv("KILN_MAX_BODY"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			errs = append(errs, fmt.Errorf("KILN_MAX_BODY=%q: want a positive number of bytes", v))
+		} else {
+			c.MaxBody = n
+		}
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		errs = append(errs, fmt.Errorf("KILN_ADDR=%q: want host:port", c.Addr))
+	}
+	if c.Simulator != "" {
+		if _, _, err := net.SplitHostPort(c.Simulator); err != nil {
+			errs = append(errs, fmt.Errorf("KILN_SIMULATOR_ADDR=%q: want host:port", c.Simulator))
+		}
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("KILN_LOG_LEVEL=%q: want debug, info, warn or error", c.LogLevel))
+	}
+	if c.CacheTTL > 5*time.Second {
+		errs = append(errs, fmt.Errorf("KILN_CACHE_TTL=%s: at most 5s, so that revocations and suspensions reach a running gateway within 5 s", c.CacheTTL))
+	}
+	if c.LeaseTTL < 3*time.Second {
+		errs = append(errs, fmt.Errorf("KILN_LEASE_TTL=%s: at least 3s", c.LeaseTTL))
+	}
+	return c, errors.Join(errs...)
+}

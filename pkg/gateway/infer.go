@@ -1,0 +1,337 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/neocloud/kiln/pkg/openai"
+	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/upstream"
+	"github.com/neocloud/kiln/pkg/usage"
+)
+
+// newGenerationID returns "gen-" and a ULID: unique, sortable by time, made before the backend
+// is called so that every response can carry it.
+func newGenerationID() string { return "gen-" + ulid.Make().String() }
+
+// infer serves the two inference endpoints, in the contract's order of checks.
+func (g *Gateway) infer(w http.ResponseWriter, r *http.Request, ep *endpoint) {
+	ctx := r.Context()
+	started := g.opt.Now()
+
+	// 1. Maintenance.
+	if e := g.checkMaintenance(ctx); e != nil {
+		writeError(w, e)
+		return
+	}
+	// 2. Body size. The body is read whole before authentication, as the order requires; the
+	// limit bounds what an anonymous client can make us hold.
+	body, e := g.readBody(w, r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	// 3, 4. Key and organization.
+	p, e := g.authenticate(ctx, r)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	genID := newGenerationID()
+	w.Header().Set(GenerationHeader, genID)
+	if p.OrgStatus == store.OrgSuspended {
+		writeError(w, errSuspended)
+		return
+	}
+	// 5, 6. Credits and an in-flight slot, in one store call.
+	lease, err := g.opt.Store.Admit(ctx, store.AdmitRequest{OrgID: p.OrgID, HolderID: genID, Now: started, TTL: g.opt.LeaseTTL})
+	if err != nil {
+		switch {
+		case errors.Is(err, store.ErrSuspended):
+			writeError(w, errSuspended)
+		case errors.Is(err, store.ErrInsufficientCredits):
+			writeError(w, errNoCredits)
+		case errors.Is(err, store.ErrSlotsFull):
+			writeError(w, errRateLimited(p.MaxInFlight))
+		case errors.Is(err, store.ErrNotFound):
+			writeError(w, errBadKey) // the organization was deleted under a cached key
+		default:
+			g.log.LogAttrs(ctx, slog.LevelError, "admission failed", slog.String("generation_id", genID), slog.String("org_id", p.OrgID), slog.String("error", err.Error()))
+			writeError(w, errStoreDown)
+		}
+		return
+	}
+
+	// From here on the request owns a slot: whatever happens, settle releases it, debits what
+	// was generated and records the event.
+	x := &exchange{
+		g:      g,
+		w:      w,
+		reqCtx: ctx,
+		ep:     ep,
+		lease:  lease,
+		event: usage.Event{
+			Version:      usage.SchemaVersion,
+			GenerationID: genID,
+			OrgID:        p.OrgID,
+			KeyID:        p.KeyID,
+			Endpoint:     ep.name,
+			StartedAt:    started,
+			Status:       usage.StatusRejected,
+		},
+	}
+	x.renewer = g.renewLeases(x)
+	defer x.settle(ctx)
+
+	// 7. Endpoint checks.
+	req, modelID, e := g.check(ep, body)
+	x.event.Model = modelID
+	x.event.Stream = req.stream
+	if e != nil {
+		x.fail(e)
+		return
+	}
+	x.req = &req
+
+	// 8. Forward.
+	x.forward(ctx)
+}
+
+// readBody reads the request body under the size limit.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if r.ContentLength > g.opt.MaxBody {
+		return nil, errTooLarge(g.opt.MaxBody)
+	}
+	n := r.ContentLength
+	if n < 0 || n > 64<<10 {
+		n = 64 << 10 // grow as needed; a lying Content-Length cannot make us allocate the limit
+	}
+	buf := make([]byte, 0, n+1)
+	body, err := readAllInto(buf, http.MaxBytesReader(w, r.Body, g.opt.MaxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, errTooLarge(g.opt.MaxBody)
+		}
+		return nil, invalid("", "", "The request body could not be read: the connection ended before the body did.")
+	}
+	return body, nil
+}
+
+func readAllInto(b []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// exchange is one admitted inference request on its way through the gateway.
+type exchange struct {
+	g       *Gateway
+	w       http.ResponseWriter
+	reqCtx  context.Context
+	ep      *endpoint
+	req     *request
+	lease   store.Lease
+	renewer *time.Timer
+
+	mu    sync.Mutex // guards lease (renewals run on a timer)
+	event usage.Event
+	meter meter
+}
+
+// fail answers with a gateway error before anything was streamed.
+func (x *exchange) fail(e *apiError) {
+	x.event.HTTPStatus = e.status
+	writeError(x.w, e)
+}
+
+// forward sends the request to a backend and relays the answer.
+func (x *exchange) forward(ctx context.Context) {
+	g := x.g
+	x.event.Status = usage.StatusUpstreamError
+	// On Lambda the request has a deadline; stop early enough to settle before it.
+	if dl, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-g.opt.SettleReserve))
+		defer cancel()
+	}
+	resp, err := g.opt.Upstream.Do(ctx, x.req.model, x.ep.path, x.req.forward)
+	if err != nil {
+		x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
+		switch {
+		case x.requestCtxDone():
+			x.event.Status = usage.StatusClientDisconnected
+			x.event.HTTPStatus = 499 // nobody is left to read a status; 499 is nginx's word for it
+			x.meter.billable = true // the backend may have started: bill the prompt, estimated
+		case errors.Is(err, upstream.ErrUnavailable):
+			x.fail(errUnavailable(x.req.model.ID))
+		default:
+			var ue *upstream.Error
+			if errors.As(err, &ue) {
+				x.event.Backend = ue.Backend
+			}
+			g.log.LogAttrs(ctx, slog.LevelWarn, "backend request failed", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
+			x.event.HTTPStatus = http.StatusBadGateway
+			badGateway(x.w, "the model backend was unreachable or did not answer in time.")
+		}
+		return
+	}
+	defer resp.Body.Close()
+	x.event.Backend = resp.Backend.Name
+	x.meter.exactPerChunk = resp.Backend.ContinuousUsage
+
+	switch s := resp.StatusCode; {
+	case s >= 200 && s < 300:
+	case s == http.StatusBadRequest || s == http.StatusRequestEntityTooLarge || s == http.StatusUnprocessableEntity:
+		x.fail(upstreamInvalid(upstreamMessage(resp.Body)))
+		return
+	case s == http.StatusTooManyRequests:
+		x.fail(errUnavailable(x.req.model.ID))
+		return
+	default:
+		g.log.LogAttrs(ctx, slog.LevelWarn, "backend answered with an error", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.Int("backend_status", s))
+		x.event.HTTPStatus = http.StatusBadGateway
+		badGateway(x.w, "the model backend returned an error.")
+		return
+	}
+	if x.req.stream {
+		x.relay(ctx, resp)
+	} else {
+		x.respond(ctx, resp)
+	}
+}
+
+// requestCtxDone reports whether the client left (its request was cancelled) rather than our own
+// deadline passing.
+func (x *exchange) requestCtxDone() bool {
+	return errors.Is(x.reqCtx.Err(), context.Canceled)
+}
+
+// renewLeases renews the exchange's lease every third of its TTL until settlement stops the
+// timer, so that a long stream keeps its slot and a crashed one loses it.
+func (g *Gateway) renewLeases(x *exchange) *time.Timer {
+	every := g.opt.LeaseTTL / 3
+	var t *time.Timer
+	t = time.AfterFunc(every, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		defer cancel()
+		x.mu.Lock()
+		lease := x.lease
+		x.mu.Unlock()
+		renewed, err := g.opt.Store.Renew(ctx, lease, g.opt.Now(), g.opt.LeaseTTL)
+		if err != nil {
+			g.log.LogAttrs(ctx, slog.LevelWarn, "lease renewal failed", slog.String("generation_id", lease.HolderID), slog.String("org_id", lease.OrgID), slog.String("error", err.Error()))
+		} else {
+			x.mu.Lock()
+			x.lease = renewed
+			x.mu.Unlock()
+		}
+		t.Reset(every)
+	})
+	return t
+}
+
+// settle ends the exchange: the slot is released, the cost debited once, the event recorded and
+// published. It runs on a context that survives the client's departure.
+func (x *exchange) settle(reqCtx context.Context) {
+	g := x.g
+	x.renewer.Stop()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), 10*time.Second)
+	defer cancel()
+
+	now := g.opt.Now()
+	x.event.DurationMillis = now.Sub(x.event.StartedAt).Milliseconds()
+	if x.req != nil {
+		if err := x.meter.apply(&x.event, x.req.model.Pricing); err != nil {
+			g.log.LogAttrs(ctx, slog.LevelError, "cost not computable", slog.String("generation_id", x.event.GenerationID), slog.String("error", err.Error()))
+		}
+	}
+	x.mu.Lock()
+	lease := x.lease
+	x.mu.Unlock()
+	res, err := g.opt.Store.Settle(ctx, store.Settlement{Lease: lease, Event: x.event, Now: now})
+	attrs := []slog.Attr{
+		slog.String("generation_id", x.event.GenerationID),
+		slog.String("org_id", x.event.OrgID),
+		slog.String("key_id", x.event.KeyID),
+		slog.String("model", x.event.Model),
+		slog.String("endpoint", x.event.Endpoint),
+		slog.Bool("stream", x.event.Stream),
+		slog.String("status", string(x.event.Status)),
+		slog.Int("http_status", x.event.HTTPStatus),
+		slog.Int64("prompt_tokens", x.event.PromptTokens),
+		slog.Int64("cached_tokens", x.event.CachedTokens),
+		slog.Int64("completion_tokens", x.event.CompletionTokens),
+		slog.String("cost", x.event.Cost.String()),
+		slog.Bool("estimated", x.event.Estimated),
+		slog.Int64("ttft_ms", x.event.TTFTMillis),
+		slog.Int64("duration_ms", x.event.DurationMillis),
+		slog.String("backend", x.event.Backend),
+	}
+	if err != nil {
+		g.log.LogAttrs(ctx, slog.LevelError, "settlement failed", append(attrs, slog.String("error", err.Error()))...)
+		return
+	}
+	if res.AlreadyApplied {
+		attrs = append(attrs, slog.Bool("already_applied", true))
+	}
+	g.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+	if g.opt.Publish != nil && !res.AlreadyApplied {
+		g.opt.Publish(ctx, x.event)
+	}
+}
+
+// upstreamMessage extracts a model server's error message: vLLM's {"object":"error","message"},
+// OpenAI's {"error":{"message"}}, or FastAPI's {"detail": ...}; otherwise the text itself.
+func upstreamMessage(body io.Reader) string {
+	raw, _ := io.ReadAll(io.LimitReader(body, 64<<10))
+	fields, err := openai.ParseObject(nil, raw)
+	if err == nil {
+		if f, ok := openai.Lookup(raw, fields, "message"); ok {
+			if s, ok := openai.Unquote(f.Value(raw)); ok && s != "" {
+				return s
+			}
+		}
+		if f, ok := openai.Lookup(raw, fields, "error"); ok {
+			ev := f.Value(raw)
+			if ef, err := openai.ParseObject(nil, ev); err == nil {
+				if mf, ok := openai.Lookup(ev, ef, "message"); ok {
+					if s, ok := openai.Unquote(mf.Value(ev)); ok && s != "" {
+						return s
+					}
+				}
+			}
+		}
+		if f, ok := openai.Lookup(raw, fields, "detail"); ok {
+			return "Invalid request: " + abbreviateText(string(f.Value(raw)), 500)
+		}
+	}
+	if len(raw) == 0 {
+		return "The model server rejected the request."
+	}
+	return abbreviateText(string(raw), 500)
+}
+
+func abbreviateText(s string, max int) string {
+	if len(s) > max {
+		return s[:max] + "…"
+	}
+	return s
+}

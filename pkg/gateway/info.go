@@ -1,0 +1,121 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/neocloud/kiln/pkg/catalog"
+	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/usage"
+)
+
+type modelJSON struct {
+	ID                string      `json:"id"`
+	Object            string      `json:"object"`
+	Created           int64       `json:"created"`
+	OwnedBy           string      `json:"owned_by"`
+	ContextLength     int         `json:"context_length"`
+	InputModalities   []string    `json:"input_modalities"`
+	ParallelToolCalls bool        `json:"parallel_tool_calls"`
+	ForcedToolChoice  bool        `json:"forced_tool_choice"`
+	Pricing           pricingJSON `json:"pricing"`
+}
+
+type pricingJSON struct {
+	Input       string `json:"input"`
+	CachedInput string `json:"cached_input"`
+	Output      string `json:"output"`
+}
+
+// renderModels renders /v1/models and each /v1/models/{id} once: the catalog does not change
+// while the process runs.
+func renderModels(c *catalog.Catalog) ([]byte, map[string][]byte) {
+	list := struct {
+		Object string      `json:"object"`
+		Data   []modelJSON `json:"data"`
+	}{Object: "list", Data: []modelJSON{}}
+	byID := make(map[string][]byte, len(c.Models))
+	for _, m := range c.Models {
+		mj := modelJSON{
+			ID:                m.ID,
+			Object:            "model",
+			Created:           m.Created,
+			OwnedBy:           m.OwnedBy,
+			ContextLength:     m.ContextLength,
+			InputModalities:   m.InputModalities,
+			ParallelToolCalls: m.ParallelToolCalls,
+			ForcedToolChoice:  m.ForcedToolChoice,
+			// Prices are USD per million tokens, as decimal strings.
+			Pricing: pricingJSON{Input: m.Pricing.Input.String(), CachedInput: m.Pricing.CachedInput.String(), Output: m.Pricing.Output.String()},
+		}
+		list.Data = append(list.Data, mj)
+		b, _ := json.Marshal(mj)
+		byID[m.ID] = append(b, '\n')
+	}
+	b, _ := json.Marshal(list)
+	return append(b, '\n'), byID
+}
+
+func writeJSON(w http.ResponseWriter, body []byte) {
+	w.Header().Set("Content-Type", "application/json")
+	_, _ = w.Write(body)
+}
+
+func (g *Gateway) listModels(w http.ResponseWriter, _ *http.Request, _ store.Principal) {
+	writeJSON(w, g.modelsList)
+}
+
+func (g *Gateway) getModel(w http.ResponseWriter, r *http.Request, _ store.Principal) {
+	id := strings.TrimPrefix(r.URL.Path, "/v1/models/")
+	b, ok := g.modelByID[id]
+	if !ok {
+		writeError(w, errModelNotFound(id))
+		return
+	}
+	writeJSON(w, b)
+}
+
+func (g *Gateway) credits(w http.ResponseWriter, r *http.Request, p store.Principal) {
+	org, err := g.opt.Store.Org(r.Context(), p.OrgID)
+	if err != nil {
+		g.log.LogAttrs(r.Context(), slog.LevelError, "credits lookup failed", slog.String("org_id", p.OrgID), slog.String("error", err.Error()))
+		writeError(w, errStoreDown)
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Object      string `json:"object"`
+		OrgID       string `json:"org_id"`
+		Balance     string `json:"balance"`
+		Currency    string `json:"currency"`
+		MaxInFlight int    `json:"max_in_flight"`
+	}{"credits", org.ID, org.Balance.String(), "USD", org.MaxInFlight})
+	writeJSON(w, append(b, '\n'))
+}
+
+// generation answers with the usage event of one of the caller's organization's requests.
+// Another organization's id is indistinguishable from an unknown one: 404.
+func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Principal) {
+	id := r.URL.Query().Get("id")
+	if id == "" {
+		writeError(w, invalid("id", "missing_required_parameter", "Missing required query parameter: 'id'."))
+		return
+	}
+	ev, err := g.opt.Store.Generation(r.Context(), p.OrgID, id)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		writeError(w, errNotFound("No generation with id '"+abbreviateText(id, 64)+"' was found for your organization.", "generation_not_found"))
+		return
+	case err != nil:
+		g.log.LogAttrs(r.Context(), slog.LevelError, "generation lookup failed", slog.String("org_id", p.OrgID), slog.String("error", err.Error()))
+		writeError(w, errStoreDown)
+		return
+	}
+	b, _ := json.Marshal(struct {
+		Object string `json:"object"`
+		usage.Event
+	}{"generation", ev})
+	writeJSON(w, append(b, '\n'))
+}

@@ -1,0 +1,435 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/openai"
+	"github.com/neocloud/kiln/pkg/upstream"
+	"github.com/neocloud/kiln/pkg/usage"
+)
+
+// maxResponseBody bounds a non-streamed backend answer held in memory.
+const maxResponseBody = 64 << 20
+
+// respond relays a non-streamed answer: the backend's body with usage.cost added and the public
+// model id restored.
+func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
+	x.meter.billable = true
+	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
+	if err != nil {
+		if x.requestCtxDone() {
+			x.event.Status = usage.StatusClientDisconnected
+			x.event.HTTPStatus = 499
+			return
+		}
+		resp.Failed()
+		x.badBackendBody(ctx, "the model backend failed while sending its answer.", err)
+		return
+	}
+	if len(raw) > maxResponseBody {
+		x.badBackendBody(ctx, "the model backend's answer was too large.", errors.New("response over limit"))
+		return
+	}
+	fields, err := openai.ParseObject(nil, raw)
+	if err != nil {
+		resp.Failed()
+		x.badBackendBody(ctx, "the model backend sent an invalid answer.", err)
+		return
+	}
+	edits := make([]openai.Edit, 0, 2)
+	if f, ok := openai.Lookup(raw, fields, "usage"); ok {
+		if u, ok, err := openai.ParseUsage(f.Value(raw)); err == nil && ok {
+			x.meter.usage, x.meter.haveUsage, x.meter.complete = u, true, true
+			if cost, err := x.req.model.Pricing.Cost(u.PromptTokens, u.CachedTokens, u.CompletionTokens); err == nil {
+				edits = append(edits, openai.Edit{Key: "usage", Value: openai.AppendWithCost(nil, f.Value(raw), cost.Append(nil))})
+			}
+		}
+	}
+	if f, ok := openai.Lookup(raw, fields, "choices"); ok {
+		x.meter.finish = firstFinishReason(f.Value(raw))
+		if !x.meter.haveUsage {
+			x.meter.chunks = int64(len(f.Value(raw))+3) / 4 // no usage at all: estimate from the text's size
+		}
+	}
+	if e, ok := x.renameModel(resp); ok {
+		edits = append(edits, e)
+	}
+	out := openai.Rewrite(make([]byte, 0, len(raw)+48), raw, fields, edits...)
+
+	x.event.Status = usage.StatusCompleted
+	x.event.HTTPStatus = http.StatusOK
+	x.event.TTFTMillis = x.g.opt.Now().Sub(x.event.StartedAt).Milliseconds()
+	h := x.w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(out)))
+	x.w.WriteHeader(http.StatusOK)
+	if _, err := x.w.Write(out); err != nil {
+		x.event.Status = usage.StatusClientDisconnected
+	}
+}
+
+func (x *exchange) badBackendBody(ctx context.Context, reason string, err error) {
+	x.g.log.LogAttrs(ctx, slog.LevelWarn, "bad backend answer", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
+	x.event.Status = usage.StatusUpstreamError
+	x.event.HTTPStatus = http.StatusBadGateway
+	badGateway(x.w, reason)
+}
+
+// renameModel returns the edit that puts the public model id back where the backend named its own.
+func (x *exchange) renameModel(resp *upstream.Response) (openai.Edit, bool) {
+	if resp.Backend.Model == x.req.model.ID {
+		return openai.Edit{}, false
+	}
+	return openai.Edit{Key: "model", Value: []byte(strconv.Quote(x.req.model.ID))}, true
+}
+
+// firstFinishReason reads choices[0].finish_reason, "" when absent or null.
+func firstFinishReason(choices []byte) string {
+	var elems [][2]int
+	elems, err := openai.Elements(elems, choices)
+	if err != nil || len(elems) == 0 {
+		return ""
+	}
+	c := choices[elems[0][0]:elems[0][1]]
+	fields, err := openai.ParseObject(nil, c)
+	if err != nil {
+		return ""
+	}
+	if f, ok := openai.Lookup(c, fields, "finish_reason"); ok {
+		s, _ := openai.Unquote(f.Value(c))
+		return s
+	}
+	return ""
+}
+
+// stream writes events to the client and keeps the connection alive while the backend is
+// silent. Writes from the relay loop and from the keepalive timer are serialised by mu.
+type stream struct {
+	w         http.ResponseWriter
+	rc        *http.ResponseController
+	every     time.Duration
+	mu        sync.Mutex
+	closed    bool
+	failed    bool // a write to the client failed: it is gone
+	keepalive *time.Timer
+}
+
+func newStream(w http.ResponseWriter, every time.Duration) *stream {
+	s := &stream{w: w, rc: http.NewResponseController(w), every: every}
+	s.keepalive = time.AfterFunc(every, s.ping)
+	return s
+}
+
+func (s *stream) ping() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.failed {
+		return
+	}
+	s.writeLocked(openai.Keepalive)
+	s.keepalive.Reset(s.every)
+}
+
+// write sends b and flushes it; false when the client is gone.
+func (s *stream) write(b []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.failed {
+		return false
+	}
+	s.writeLocked(b)
+	s.keepalive.Reset(s.every)
+	return !s.failed
+}
+
+func (s *stream) writeLocked(b []byte) {
+	if _, err := s.w.Write(b); err != nil {
+		s.failed = true
+		return
+	}
+	if err := s.rc.Flush(); err != nil {
+		s.failed = true
+	}
+}
+
+// close stops the keepalives; after it returns, nothing more is written by the timer.
+func (s *stream) close() {
+	s.keepalive.Stop()
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+}
+
+// relay streams a backend's server-sent events to the client, event by event: per-chunk usage
+// removed, the usage chunk given its cost (or dropped when the client did not ask for it), the
+// public model id restored. A stream that breaks after the first byte ends with an error event
+// and no [DONE]; what was generated is billed.
+func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
+	x.meter.billable = true
+	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
+	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "text/event-stream" {
+		resp.Failed()
+		x.badBackendBody(ctx, "the model backend did not stream its answer.", errors.New("content type "+ct))
+		return
+	}
+	h := x.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	x.w.WriteHeader(http.StatusOK)
+	x.event.HTTPStatus = http.StatusOK
+	s := newStream(x.w, x.g.opt.Keepalive)
+	defer s.close()
+	s.write(nil) // flush the headers now: the client learns the status before the first token
+
+	r := relayState{x: x, rename: resp.Backend.Model != x.req.model.ID}
+	if r.rename {
+		r.modelJSON = []byte(strconv.Quote(x.req.model.ID))
+	}
+	dec := openai.NewDecoder(resp.Body)
+	done := false
+	var readErr error
+	for {
+		ev, err := dec.Next()
+		if err != nil {
+			readErr = err
+			break
+		}
+		if ev.Comment || len(ev.Data) == 0 {
+			continue
+		}
+		if openai.IsDone(ev.Data) {
+			done = true
+			break
+		}
+		out, err := r.chunk(ev.Data)
+		if err != nil {
+			readErr = err
+			break
+		}
+		if out == nil {
+			continue
+		}
+		if !s.write(out) {
+			break
+		}
+		if r.content {
+			x.meter.chunks++
+			if x.event.TTFTMillis == 0 {
+				x.event.TTFTMillis = max(1, x.g.opt.Now().Sub(x.event.StartedAt).Milliseconds())
+			}
+		}
+	}
+
+	switch {
+	case s.failed || x.requestCtxDone():
+		x.event.Status = usage.StatusClientDisconnected
+	case done:
+		if x.meter.haveUsage {
+			x.meter.complete = true
+		}
+		if x.req.includeUsage && !r.usageSent && x.meter.haveUsage {
+			// The backend put usage only on a content chunk; give the client its usage chunk.
+			s.write(openai.AppendData(nil, r.synthesizeUsage()))
+		}
+		s.write(doneEvent)
+		x.event.Status = usage.StatusCompleted
+	default:
+		code, msg := "upstream_stream_error", "The model backend failed while streaming the response. The part generated so far is billed."
+		if ctx.Err() != nil {
+			code, msg = "deadline_exceeded", "The response reached the gateway's time limit and was cut. The part generated so far is billed."
+		} else {
+			resp.Failed()
+			attrs := []slog.Attr{slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend)}
+			if readErr != nil && readErr != io.EOF {
+				attrs = append(attrs, slog.String("error", readErr.Error()))
+			}
+			x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend stream broke", attrs...)
+		}
+		body := openai.Error{Message: msg, Type: "server_error", Code: code}.AppendJSON(nil)
+		s.write(openai.AppendData(nil, body))
+		x.event.Status = usage.StatusUpstreamError
+	}
+}
+
+// relayState is what the relay loop remembers between chunks.
+type relayState struct {
+	x         *exchange
+	rename    bool
+	modelJSON []byte
+	fields    []openai.Field
+	out       []byte
+	content   bool // the last chunk carried generated content
+	usageSent bool
+
+	// id, object, created of the first chunk, to build a usage chunk if the backend sent none.
+	id, object, created []byte
+}
+
+// doneEvent ends a complete stream.
+var doneEvent = []byte("data: [DONE]\n\n")
+
+var errBackendEvent = errors.New("backend sent an error event")
+
+// chunk transforms one backend chunk into the bytes to send (nil: send nothing).
+func (r *relayState) chunk(data []byte) ([]byte, error) {
+	x := r.x
+	var err error
+	r.fields, err = openai.ParseObject(r.fields[:0], data)
+	if err != nil {
+		return nil, err
+	}
+	fields := r.fields
+	if _, ok := openai.Lookup(data, fields, "error"); ok {
+		return nil, errBackendEvent
+	}
+	if r.id == nil {
+		for _, k := range [...]string{"id", "object", "created"} {
+			if f, ok := openai.Lookup(data, fields, k); ok {
+				v := append([]byte(nil), f.Value(data)...)
+				switch k {
+				case "id":
+					r.id = v
+				case "object":
+					r.object = v
+				case "created":
+					r.created = v
+				}
+			}
+		}
+		if r.id == nil {
+			r.id = []byte(`""`)
+		}
+	}
+	uf, hasUsage := openai.Lookup(data, fields, "usage")
+	if hasUsage {
+		u, ok, err := openai.ParseUsage(uf.Value(data))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			x.meter.usage, x.meter.haveUsage = u, true
+		} else {
+			hasUsage = false
+		}
+	}
+	cf, _ := openai.Lookup(data, fields, "choices")
+	choices := cf.Value(data)
+	r.content = false
+	edits := make([]openai.Edit, 0, 2)
+
+	if openai.IsEmptyArray(choices) {
+		// The usage chunk.
+		if !hasUsage || !x.req.includeUsage {
+			return nil, nil
+		}
+		cost, err := x.req.model.Pricing.Cost(x.meter.usage.PromptTokens, x.meter.usage.CachedTokens, x.meter.usage.CompletionTokens)
+		if err != nil {
+			return nil, err
+		}
+		edits = append(edits, openai.Edit{Key: "usage", Value: openai.AppendWithCost(nil, uf.Value(data), cost.Append(nil))})
+		r.usageSent = true
+	} else {
+		if hasUsage {
+			edits = append(edits, openai.Edit{Key: "usage"}) // per-chunk usage is the gateway's, not the client's
+		}
+		r.inspectChoice(choices)
+	}
+	if r.rename {
+		edits = append(edits, openai.Edit{Key: "model", Value: r.modelJSON})
+	}
+	if len(edits) == 0 {
+		r.out = openai.AppendData(r.out[:0], data)
+		return r.out, nil
+	}
+	r.out = append(r.out[:0], "data: "...)
+	r.out = openai.Rewrite(r.out, data, fields, edits...)
+	r.out = append(r.out, "\n\n"...)
+	return r.out, nil
+}
+
+// inspectChoice reads the first choice's finish reason and whether it carries generated content
+// (delta content, reasoning or tool-call fragments, or a completion's text).
+func (r *relayState) inspectChoice(choices []byte) {
+	var elems [1][2]int
+	es, err := openai.Elements(elems[:0], choices)
+	if err != nil || len(es) == 0 {
+		return
+	}
+	c := choices[es[0][0]:es[0][1]]
+	var fields [8]openai.Field
+	fs, err := openai.ParseObject(fields[:0], c)
+	if err != nil {
+		return
+	}
+	if f, ok := openai.Lookup(c, fs, "finish_reason"); ok {
+		if s, ok := openai.Unquote(f.Value(c)); ok {
+			r.x.meter.finish = s
+		}
+	}
+	if f, ok := openai.Lookup(c, fs, "text"); ok && len(f.Value(c)) > 2 {
+		r.content = true
+		return
+	}
+	df, ok := openai.Lookup(c, fs, "delta")
+	if !ok {
+		return
+	}
+	d := df.Value(c)
+	var dfields [8]openai.Field
+	ds, err := openai.ParseObject(dfields[:0], d)
+	if err != nil {
+		return
+	}
+	for _, k := range [...]string{"content", "reasoning_content", "reasoning", "tool_calls"} {
+		if f, ok := openai.Lookup(d, ds, k); ok {
+			v := f.Value(d)
+			if !openai.IsNull(v) && len(v) > 2 { // not null, "" or []
+				r.content = true
+				return
+			}
+		}
+	}
+}
+
+// synthesizeUsage builds a usage chunk from the last usage the backend reported.
+func (r *relayState) synthesizeUsage() []byte {
+	x := r.x
+	u := x.meter.usage
+	cost, _ := x.req.model.Pricing.Cost(u.PromptTokens, u.CachedTokens, u.CompletionTokens)
+	b := append([]byte(nil), `{"id":`...)
+	b = append(b, r.id...)
+	if r.object != nil {
+		b = append(b, `,"object":`...)
+		b = append(b, r.object...)
+	}
+	if r.created != nil {
+		b = append(b, `,"created":`...)
+		b = append(b, r.created...)
+	}
+	b = append(b, `,"model":`...)
+	b = strconv.AppendQuote(b, x.req.model.ID)
+	b = append(b, `,"choices":[],"usage":{"prompt_tokens":`...)
+	b = strconv.AppendInt(b, u.PromptTokens, 10)
+	b = append(b, `,"completion_tokens":`...)
+	b = strconv.AppendInt(b, u.CompletionTokens, 10)
+	b = append(b, `,"total_tokens":`...)
+	b = strconv.AppendInt(b, u.PromptTokens+u.CompletionTokens, 10)
+	if u.CachedTokens > 0 {
+		b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
+		b = strconv.AppendInt(b, u.CachedTokens, 10)
+		b = append(b, '}')
+	}
+	b = append(b, `,"cost":`...)
+	b = cost.Append(b)
+	return append(b, "}}"...)
+}

@@ -1,0 +1,197 @@
+// Package local runs the whole gateway on one machine: the configured store (the embedded one by
+// default), the catalog, the built-in model simulator as the reference catalog's backend, and a
+// demo organization with credits and a key printed at first start. It is what `make run` starts.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/neocloud/kiln/infra"
+	"github.com/neocloud/kiln/pkg/apikey"
+	"github.com/neocloud/kiln/pkg/catalog"
+	"github.com/neocloud/kiln/pkg/config"
+	"github.com/neocloud/kiln/pkg/gateway"
+	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/simulator"
+	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/upstream"
+)
+
+// DemoOrgID is the organization created at first start.
+const DemoOrgID = "org_demo"
+
+// LoadCatalog loads the configured catalog, or the embedded reference catalog.
+func LoadCatalog(cfg config.Config) (*catalog.Catalog, error) {
+	if cfg.Catalog == "" {
+		return catalog.Parse(infra.ReferenceCatalog)
+	}
+	return catalog.Load(cfg.Catalog)
+}
+
+// Run serves the gateway on cfg.Addr until ctx ends, then shuts down gracefully: open streams get
+// cfg.ShutdownGrace to finish, and every admitted request is settled. Human-readable start-up
+// lines go to out; logs go to log.
+func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log *slog.Logger, out io.Writer) error {
+	cat, err := LoadCatalog(cfg)
+	if err != nil {
+		return fmt.Errorf("catalog: %w", err)
+	}
+	st, err := config.OpenStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+
+	if cfg.Simulator != "" {
+		stop, err := startSimulator(cfg.Simulator, cat, log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
+
+	gw, err := gateway.New(gateway.Options{
+		Store:   st,
+		Catalog: cat,
+		Upstream: upstream.New(cat, upstream.Options{
+			ConnectTimeout: cfg.ConnectTimeout,
+			HeaderTimeout:  cfg.HeaderTimeout,
+			Getenv:         getenv,
+		}),
+		Logger:        log,
+		MaxBody:       cfg.MaxBody,
+		Keepalive:     cfg.Keepalive,
+		LeaseTTL:      cfg.LeaseTTL,
+		CacheTTL:      cfg.CacheTTL,
+		SettleReserve: cfg.SettleReserve,
+	})
+	if err != nil {
+		return err
+	}
+
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", cfg.Addr, err)
+	}
+	base := "http://" + ln.Addr().String() + "/v1"
+	fmt.Fprintf(out, "Kiln gateway listening on %s (store: %s, catalog: %d models)\n", base, cfg.Store, len(cat.Models))
+	if err := seedDemo(ctx, st, cfg, cat, base, out); err != nil {
+		ln.Close()
+		return err
+	}
+
+	// The base context outlives the listener's shutdown so that streams may finish; when the
+	// grace period ends it is cancelled, which cancels every backend call, and each request
+	// settles on its own way out.
+	baseCtx, cancelAll := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelAll()
+	srv := &http.Server{
+		Handler:           gw,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+
+	select {
+	case err := <-serveErr:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", slog.Duration("grace", cfg.ShutdownGrace))
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		cancelAll() // streams still open after the grace period end now, and settle
+		_ = srv.Close()
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// startSimulator serves the model simulator on addr for every catalog backend whose URL points
+// there.
+func startSimulator(addr string, cat *catalog.Catalog, log *slog.Logger) (func(), error) {
+	var models []simulator.Model
+	for _, m := range cat.Models {
+		for _, b := range m.Backends {
+			if u, err := url.Parse(b.URL); err == nil && u.Host == addr {
+				models = append(models, simulator.Model{
+					Name:                     b.Model,
+					ContextLength:            m.ContextLength,
+					RejectRequiredToolChoice: !m.ForcedToolChoice,
+				})
+			}
+		}
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("model simulator: listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: simulator.New(simulator.Config{Models: models}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	log.Info("model simulator started", slog.String("addr", addr), slog.Int("models", len(models)))
+	return func() { _ = srv.Close() }, nil
+}
+
+// seedDemo creates, on a store with no organization at all, a demo organization with credits and
+// one key, and prints the key — the only time it is shown.
+func seedDemo(ctx context.Context, st store.Store, cfg config.Config, cat *catalog.Catalog, base string, out io.Writer) error {
+	orgs, err := st.Orgs(ctx)
+	if err != nil {
+		return fmt.Errorf("list organizations: %w", err)
+	}
+	model := "qwen3-32b"
+	if _, ok := cat.Model(model); !ok && len(cat.Models) > 0 {
+		model = cat.Models[0].ID
+	}
+	if len(orgs) > 0 {
+		fmt.Fprintf(out, "Using the existing organizations in the store (the demo key was printed at first start;\n"+
+			"make another with: bin/kilnctl key create --org %s).\n", DemoOrgID)
+		printTry(out, base, model, "$KILN_API_KEY")
+		return nil
+	}
+	credits, err := money.Parse(cfg.DemoOrgCredits)
+	if err != nil {
+		return fmt.Errorf("KILN_DEMO_CREDITS: %w", err)
+	}
+	now := time.Now().UTC()
+	if err := st.CreateOrg(ctx, store.Org{ID: DemoOrgID, Name: "Demo", Status: store.OrgActive, MaxInFlight: store.DefaultMaxInFlight, CreatedAt: now}); err != nil {
+		return fmt.Errorf("create demo organization: %w", err)
+	}
+	if err := st.AddEntry(ctx, store.LedgerEntry{ID: "top_demo", OrgID: DemoOrgID, Kind: store.EntryTopUp, Amount: credits, Note: "demo credits", At: now}); err != nil {
+		return fmt.Errorf("credit demo organization: %w", err)
+	}
+	key, id, hash, err := apikey.New()
+	if err != nil {
+		return err
+	}
+	if err := st.CreateKey(ctx, store.Key{ID: id, OrgID: DemoOrgID, Hash: hash, CreatedAt: now}); err != nil {
+		return fmt.Errorf("create demo key: %w", err)
+	}
+	fmt.Fprintf(out, "Created demo organization %s with $%s of credits and an API key (shown only this once):\n\n", DemoOrgID, credits.Fixed(2))
+	fmt.Fprintf(out, "  export KILN_API_KEY=%s\n\n", key)
+	printTry(out, base, model, "$KILN_API_KEY")
+	return nil
+}
+
+func printTry(out io.Writer, base, model, key string) {
+	fmt.Fprintf(out, "Try:\n\n  curl %s/chat/completions \\\n    -H \"Authorization: Bearer %s\" \\\n    -H \"Content-Type: application/json\" \\\n"+
+		"    -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"system\", \"content\": \"Answer briefly.\"}, {\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 800}'\n\n",
+		base, key, model)
+	fmt.Fprintf(out, "OpenAI SDKs: base URL %s, the key above. Ctrl-C stops the gateway.\n", base)
+}

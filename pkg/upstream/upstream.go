@@ -1,0 +1,255 @@
+// Package upstream talks to model servers: it keeps a pooled HTTP client per backend, tracks
+// each backend's health with a circuit breaker, picks a healthy backend for a model, retries on
+// another backend only when nothing reached the first, and cancels the backend request the
+// moment the caller's context ends.
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptrace"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/catalog"
+)
+
+// ErrUnavailable means no backend of the model can take a request now (all unhealthy).
+var ErrUnavailable = errors.New("no healthy backend")
+
+// Error is a failure to get response headers from a backend: refused, reset, timed out.
+type Error struct {
+	Backend string
+	Err     error
+}
+
+func (e *Error) Error() string { return "backend " + e.Backend + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Options tune the pool; zero values take the contract's defaults.
+type Options struct {
+	ConnectTimeout   time.Duration // default 10 s
+	HeaderTimeout    time.Duration // wait for response headers; default 120 s
+	FailureThreshold int           // consecutive failures that open a breaker; default 3
+	OpenFor          time.Duration // how long an open breaker refuses; default 5 s
+	Now              func() time.Time
+	Getenv           func(string) string // reads backends' api_key_env; nil reads nothing
+}
+
+// idleConnTimeout drops pooled connections before common model servers close them (uvicorn,
+// under vLLM, closes idle keep-alive connections after 5 s). A request written on a connection
+// the server is closing cannot be retried safely, so we would rather reconnect.
+const idleConnTimeout = 4 * time.Second
+
+// Pool holds one client per backend.
+type Pool struct {
+	opt      Options
+	backends map[string]*backend
+	next     atomic.Uint64
+}
+
+type backend struct {
+	cfg     catalog.Backend
+	base    string
+	auth    string
+	client  *http.Client
+	breaker breaker
+}
+
+// New builds a pool for every backend of the catalog.
+func New(c *catalog.Catalog, opt Options) *Pool {
+	if opt.ConnectTimeout == 0 {
+		opt.ConnectTimeout = 10 * time.Second
+	}
+	if opt.HeaderTimeout == 0 {
+		opt.HeaderTimeout = 120 * time.Second
+	}
+	if opt.FailureThreshold == 0 {
+		opt.FailureThreshold = 3
+	}
+	if opt.OpenFor == 0 {
+		opt.OpenFor = 5 * time.Second
+	}
+	if opt.Now == nil {
+		opt.Now = time.Now
+	}
+	p := &Pool{opt: opt, backends: make(map[string]*backend)}
+	for _, m := range c.Models {
+		for _, b := range m.Backends {
+			if _, ok := p.backends[b.Name]; ok {
+				continue
+			}
+			tr := &http.Transport{
+				DialContext:           (&net.Dialer{Timeout: opt.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+				MaxIdleConns:          1024,
+				MaxIdleConnsPerHost:   256,
+				IdleConnTimeout:       idleConnTimeout,
+				ResponseHeaderTimeout: opt.HeaderTimeout,
+				TLSHandshakeTimeout:   opt.ConnectTimeout,
+				ForceAttemptHTTP2:     true,
+				// Model servers' SSE is small and must not be held back by gzip buffering.
+				DisableCompression: true,
+			}
+			be := &backend{
+				cfg:    b,
+				base:   strings.TrimSuffix(b.URL, "/"),
+				client: &http.Client{Transport: tr},
+			}
+			if b.APIKeyEnv != "" && opt.Getenv != nil {
+				if k := opt.Getenv(b.APIKeyEnv); k != "" {
+					be.auth = "Bearer " + k
+				}
+			}
+			p.backends[b.Name] = be
+		}
+	}
+	return p
+}
+
+// Response is a backend's answer whose headers have arrived. The caller must close Body.
+type Response struct {
+	*http.Response
+	Backend catalog.Backend
+	pool    *Pool
+}
+
+// Failed records a failure that happened after the headers (a broken stream), so that the
+// backend's breaker counts it.
+func (r *Response) Failed() {
+	if be := r.pool.backends[r.Backend.Name]; be != nil {
+		be.breaker.failure(r.pool.opt.Now(), r.pool.opt)
+	}
+}
+
+// Do POSTs to path (e.g. "/chat/completions") on a healthy backend of model and returns once the
+// response headers arrive. body builds the request body for the chosen backend (its model name
+// and capabilities differ). A failure before any byte reached a backend is retried once on another
+// healthy backend; nothing else is retried. Statuses are returned as they are: 5xx and 429 count
+// against the backend's health, and the caller decides what the client sees.
+func (p *Pool) Do(ctx context.Context, model *catalog.Model, path string, body func(catalog.Backend) []byte) (*Response, error) {
+	now := p.opt.Now()
+	first := p.pick(model, now, "")
+	if first == nil {
+		return nil, ErrUnavailable
+	}
+	resp, sent, err := p.send(ctx, first, path, body)
+	if err == nil {
+		return resp, nil
+	}
+	if sent || ctx.Err() != nil {
+		return nil, err
+	}
+	second := p.pick(model, p.opt.Now(), first.cfg.Name)
+	if second == nil {
+		return nil, err
+	}
+	resp, _, err = p.send(ctx, second, path, body)
+	return resp, err
+}
+
+// pick chooses the next healthy backend in round-robin order, skipping the named one.
+func (p *Pool) pick(model *catalog.Model, now time.Time, skip string) *backend {
+	n := len(model.Backends)
+	start := int(p.next.Add(1) % uint64(n))
+	for i := range n {
+		b := model.Backends[(start+i)%n]
+		if b.Name == skip {
+			continue
+		}
+		be := p.backends[b.Name]
+		if be != nil && be.breaker.allow(now) {
+			return be
+		}
+	}
+	return nil
+}
+
+func (p *Pool) send(ctx context.Context, be *backend, path string, body func(catalog.Backend) []byte) (*Response, bool, error) {
+	var sent atomic.Bool
+	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, be.base+path, bytes.NewReader(body(be.cfg)))
+	if err != nil {
+		return nil, false, &Error{Backend: be.cfg.Name, Err: err}
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if be.auth != "" {
+		req.Header.Set("Authorization", be.auth)
+	}
+	resp, err := be.client.Do(req)
+	if err != nil {
+		if ctx.Err() == nil {
+			be.breaker.failure(p.opt.Now(), p.opt)
+		} else {
+			be.breaker.abandon() // the caller left: this says nothing of the backend
+		}
+		return nil, sent.Load(), &Error{Backend: be.cfg.Name, Err: err}
+	}
+	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+		be.breaker.failure(p.opt.Now(), p.opt)
+	} else {
+		be.breaker.success()
+	}
+	return &Response{Response: resp, Backend: be.cfg, pool: p}, true, nil
+}
+
+// Healthy reports whether the named backend's breaker lets requests through at now.
+func (p *Pool) Healthy(name string, now time.Time) bool {
+	be := p.backends[name]
+	return be != nil && be.breaker.peek(now)
+}
+
+// breaker is a consecutive-failure circuit breaker: closed until FailureThreshold failures in a
+// row, then open for OpenFor, then half-open: one trial request decides.
+type breaker struct {
+	mu        sync.Mutex
+	failures  int
+	openUntil time.Time
+	trial     bool // a half-open trial is in flight
+}
+
+func (b *breaker) allow(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.openUntil.IsZero() {
+		return true
+	}
+	if now.Before(b.openUntil) || b.trial {
+		return false
+	}
+	b.trial = true
+	return true
+}
+
+func (b *breaker) peek(now time.Time) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.openUntil.IsZero() || (!now.Before(b.openUntil) && !b.trial)
+}
+
+func (b *breaker) success() {
+	b.mu.Lock()
+	b.failures, b.openUntil, b.trial = 0, time.Time{}, false
+	b.mu.Unlock()
+}
+
+func (b *breaker) abandon() {
+	b.mu.Lock()
+	b.trial = false
+	b.mu.Unlock()
+}
+
+func (b *breaker) failure(now time.Time, opt Options) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.failures++
+	if b.trial || b.failures >= opt.FailureThreshold {
+		b.openUntil = now.Add(opt.OpenFor)
+		b.trial = false
+	}
+}
