@@ -1,0 +1,237 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/catalog"
+)
+
+// closedURL returns a base URL on which nothing listens.
+func closedURL(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return "http://" + addr + "/v1"
+}
+
+func model(backends ...catalog.Backend) *catalog.Catalog {
+	m := &catalog.Model{ID: "m", Backends: backends}
+	for i := range m.Backends {
+		if m.Backends[i].Model == "" {
+			m.Backends[i].Model = "m"
+		}
+	}
+	return &catalog.Catalog{Version: 1, Models: []*catalog.Model{m}}
+}
+
+func body(catalog.Backend) []byte { return []byte(`{"model":"m"}`) }
+
+type clock struct{ t atomic.Pointer[time.Time] }
+
+func newClock() *clock               { c := &clock{}; now := time.Unix(1_800_000_000, 0); c.t.Store(&now); return c }
+func (c *clock) Now() time.Time      { return *c.t.Load() }
+func (c *clock) Add(d time.Duration) { n := c.Now().Add(d); c.t.Store(&n) }
+
+func counting(status int, hits *atomic.Int64) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(status)
+	}))
+}
+
+func TestRetriesOnAnotherBackendOnlyWhenNothingWasSent(t *testing.T) {
+	var hits atomic.Int64
+	good := counting(200, &hits)
+	defer good.Close()
+	c := model(catalog.Backend{Name: "dead", URL: closedURL(t)}, catalog.Backend{Name: "good", URL: good.URL + "/v1"})
+	p := New(c, Options{})
+	for i := range 6 { // round robin starts on each backend in turn
+		resp, err := p.Do(context.Background(), c.Models[0], "/chat/completions", body)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		resp.Body.Close()
+		if resp.Backend.Name != "good" {
+			t.Fatalf("answered by %s", resp.Backend.Name)
+		}
+	}
+	if hits.Load() != 6 {
+		t.Errorf("good backend saw %d requests, want 6", hits.Load())
+	}
+
+	// A backend that received the request and then failed is not retried elsewhere.
+	var hitsA, hitsB atomic.Int64
+	reset := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hitsA.Add(1)
+		panic(http.ErrAbortHandler) // the connection is cut after the request arrived
+	}))
+	defer reset.Close()
+	other := counting(200, &hitsB)
+	defer other.Close()
+	c = model(catalog.Backend{Name: "reset", URL: reset.URL + "/v1"}, catalog.Backend{Name: "other", URL: other.URL + "/v1"})
+	p = New(c, Options{})
+	var failures int
+	for range 4 {
+		resp, err := p.Do(context.Background(), c.Models[0], "/chat/completions", body)
+		if err != nil {
+			failures++
+			continue
+		}
+		resp.Body.Close()
+	}
+	if failures != 2 || hitsA.Load() != 2 || hitsB.Load() != 2 {
+		t.Errorf("failures %d, reset backend hits %d, other %d; want 2, 2, 2 (no retry after sending)", failures, hitsA.Load(), hitsB.Load())
+	}
+}
+
+func TestBreakerOpensAndRecovers(t *testing.T) {
+	var hits atomic.Int64
+	status := atomic.Int64{}
+	status.Store(500)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		w.WriteHeader(int(status.Load()))
+	}))
+	defer srv.Close()
+	clk := newClock()
+	c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1"})
+	p := New(c, Options{FailureThreshold: 3, OpenFor: 5 * time.Second, Now: clk.Now})
+	do := func() (*Response, error) {
+		resp, err := p.Do(context.Background(), c.Models[0], "/x", body)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return resp, err
+	}
+	for range 3 {
+		if resp, err := do(); err != nil || resp.StatusCode != 500 {
+			t.Fatalf("want the 500 through: %v", err)
+		}
+	}
+	if _, err := do(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("after 3 failures: %v, want ErrUnavailable", err)
+	}
+	if hits.Load() != 3 {
+		t.Fatalf("an open breaker let a request through (%d hits)", hits.Load())
+	}
+	clk.Add(5 * time.Second)
+	// Half-open: one trial. It fails, so the breaker opens again.
+	if resp, err := do(); err != nil || resp.StatusCode != 500 {
+		t.Fatalf("trial: %v", err)
+	}
+	if _, err := do(); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("after a failed trial: %v", err)
+	}
+	clk.Add(5 * time.Second)
+	status.Store(200)
+	if resp, err := do(); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("second trial: %v", err)
+	}
+	for range 5 {
+		if resp, err := do(); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("closed again: %v", err)
+		}
+	}
+	if !p.Healthy("b", clk.Now()) {
+		t.Error("Healthy = false after recovery")
+	}
+}
+
+func TestAbandonedTrialDoesNotWedgeTheBreaker(t *testing.T) {
+	block := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		select {
+		case <-block:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(200)
+	}))
+	defer srv.Close()
+	defer close(block)
+	clk := newClock()
+	c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1"})
+	p := New(c, Options{FailureThreshold: 1, Now: clk.Now})
+	be := p.backends["b"]
+	be.breaker.failure(clk.Now(), p.opt)
+	clk.Add(p.opt.OpenFor)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := p.Do(ctx, c.Models[0], "/x", body); err == nil {
+		t.Fatal("want the caller's timeout")
+	}
+	if !p.Healthy("b", clk.Now()) {
+		t.Error("a trial whose caller left keeps the breaker half-open forever")
+	}
+}
+
+func TestHeaderTimeoutAndCancellation(t *testing.T) {
+	gotCancel := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // net/http notices a closed client only once the body is read
+		select {
+		case <-r.Context().Done():
+			gotCancel <- struct{}{}
+		case <-time.After(10 * time.Second):
+		}
+	}))
+	defer srv.Close()
+	c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1"})
+	p := New(c, Options{HeaderTimeout: 100 * time.Millisecond})
+	start := time.Now()
+	_, err := p.Do(context.Background(), c.Models[0], "/x", body)
+	var ue *Error
+	if !errors.As(err, &ue) || ue.Backend != "b" {
+		t.Fatalf("want a backend error, got %v", err)
+	}
+	if time.Since(start) > 5*time.Second {
+		t.Fatal("header timeout not applied")
+	}
+	select {
+	case <-gotCancel:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the backend never saw the request end")
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	p = New(c, Options{})
+	if _, err := p.Do(ctx, c.Models[0], "/x", body); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled caller: %v", err)
+	}
+	select {
+	case <-gotCancel:
+	case <-time.After(5 * time.Second):
+		t.Fatal("cancelling the caller did not cancel the backend request")
+	}
+}
+
+func TestBackendAuthorizationFromEnvironment(t *testing.T) {
+	got := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Get("Authorization")
+	}))
+	defer srv.Close()
+	c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1", APIKeyEnv: "B_KEY"})
+	p := New(c, Options{Getenv: func(k string) string { return map[string]string{"B_KEY": "s3cret"}[k] }})
+	resp, err := p.Do(context.Background(), c.Models[0], "/x", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if a := <-got; a != "Bearer s3cret" {
+		t.Errorf("Authorization = %q", a)
+	}
+}
