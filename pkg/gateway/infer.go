@@ -87,7 +87,7 @@ func (g *Gateway) infer(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 			Status:       usage.StatusRejected,
 		},
 	}
-	x.renewer = g.renewLeases(x)
+	g.renewLeases(x)
 	defer x.settle(ctx)
 
 	// 7. Endpoint checks.
@@ -143,15 +143,17 @@ func readAllInto(b []byte, r io.Reader) ([]byte, error) {
 
 // exchange is one admitted inference request on its way through the gateway.
 type exchange struct {
-	g       *Gateway
-	w       http.ResponseWriter
-	reqCtx  context.Context
-	ep      *endpoint
-	req     *request
+	g      *Gateway
+	w      http.ResponseWriter
+	reqCtx context.Context
+	ep     *endpoint
+	req    *request
+
+	mu      sync.Mutex // guards lease, renewer and settled: renewals run on a timer
 	lease   store.Lease
 	renewer *time.Timer
+	settled bool
 
-	mu    sync.Mutex // guards lease (renewals run on a timer)
 	event usage.Event
 	meter meter
 }
@@ -179,7 +181,7 @@ func (x *exchange) forward(ctx context.Context) {
 		case x.requestCtxDone():
 			x.event.Status = usage.StatusClientDisconnected
 			x.event.HTTPStatus = 499 // nobody is left to read a status; 499 is nginx's word for it
-			x.meter.billable = true // the backend may have started: bill the prompt, estimated
+			x.meter.billable = true  // the backend may have started: bill the prompt, estimated
 		case errors.Is(err, upstream.ErrUnavailable):
 			x.fail(errUnavailable(x.req.model.ID))
 		default:
@@ -224,35 +226,50 @@ func (x *exchange) requestCtxDone() bool {
 	return errors.Is(x.reqCtx.Err(), context.Canceled)
 }
 
-// renewLeases renews the exchange's lease every third of its TTL until settlement stops the
-// timer, so that a long stream keeps its slot and a crashed one loses it.
-func (g *Gateway) renewLeases(x *exchange) *time.Timer {
+// renewLeases renews the exchange's lease every third of its TTL until settlement, so that a
+// long stream keeps its slot and a crashed one loses it. The timer is created under x.mu, which
+// every renewal takes before it touches the timer, and a renewal that finds the exchange settled
+// does not re-arm it: no renewal outlives settlement.
+func (g *Gateway) renewLeases(x *exchange) {
 	every := g.opt.LeaseTTL / 3
-	var t *time.Timer
-	t = time.AfterFunc(every, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), every)
-		defer cancel()
-		x.mu.Lock()
-		lease := x.lease
-		x.mu.Unlock()
-		renewed, err := g.opt.Store.Renew(ctx, lease, g.opt.Now(), g.opt.LeaseTTL)
-		if err != nil {
-			g.log.LogAttrs(ctx, slog.LevelWarn, "lease renewal failed", slog.String("generation_id", lease.HolderID), slog.String("org_id", lease.OrgID), slog.String("error", err.Error()))
-		} else {
-			x.mu.Lock()
-			x.lease = renewed
-			x.mu.Unlock()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.renewer = time.AfterFunc(every, func() { g.renewLease(x, every) })
+}
+
+func (g *Gateway) renewLease(x *exchange, every time.Duration) {
+	x.mu.Lock()
+	lease, settled := x.lease, x.settled
+	x.mu.Unlock()
+	if settled {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), every)
+	defer cancel()
+	renewed, err := g.opt.Store.Renew(ctx, lease, g.opt.Now(), g.opt.LeaseTTL)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if err != nil {
+		g.log.LogAttrs(ctx, slog.LevelWarn, "lease renewal failed", slog.String("generation_id", lease.HolderID), slog.String("org_id", lease.OrgID), slog.String("error", err.Error()))
+		if errors.Is(err, store.ErrLeaseLost) {
+			return // the slot is gone; renewing again cannot bring it back
 		}
-		t.Reset(every)
-	})
-	return t
+	} else {
+		x.lease = renewed
+	}
+	if !x.settled {
+		x.renewer.Reset(every)
+	}
 }
 
 // settle ends the exchange: the slot is released, the cost debited once, the event recorded and
 // published. It runs on a context that survives the client's departure.
 func (x *exchange) settle(reqCtx context.Context) {
 	g := x.g
+	x.mu.Lock()
+	x.settled = true
 	x.renewer.Stop()
+	x.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), 10*time.Second)
 	defer cancel()
 

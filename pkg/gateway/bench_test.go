@@ -1,0 +1,137 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// benchPost sends body to url and drains the answer; it fails the benchmark on a non-200.
+func benchPost(b *testing.B, client *http.Client, url, key, body string) int64 {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		b.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	n, err := io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		b.Fatalf("status %d, %v", resp.StatusCode, err)
+	}
+	return n
+}
+
+// BenchmarkChat is one non-streaming chat completion of 16 tokens, through the gateway
+// (authentication, admission, forwarding, settlement in SQLite) and to the simulator directly.
+func BenchmarkChat(b *testing.B) {
+	h := newHarness(b)
+	h.rec.off.Store(true)
+	key, _ := h.newOrg("org_bench", "1000", 64)
+	const content = "Answer briefly. Hello there, how are you today? [[sim:tokens=16]]"
+	b.Run("gateway", func(b *testing.B) {
+		body := chatBody("qwen3-32b", content, `"max_tokens":64`)
+		b.ReportAllocs()
+		for b.Loop() {
+			benchPost(b, h.client, h.base+"/v1/chat/completions", key, body)
+		}
+	})
+	b.Run("simulator", func(b *testing.B) {
+		body := chatBody("Qwen/Qwen3-32B", content, `"max_tokens":64`)
+		b.ReportAllocs()
+		for b.Loop() {
+			benchPost(b, h.client, h.simURL+"/chat/completions", "", body)
+		}
+	})
+}
+
+// BenchmarkStreamChunk streams 1000 tokens with no delay and reports the time per chunk,
+// through the gateway and from the simulator directly; the difference is the relay's cost.
+func BenchmarkStreamChunk(b *testing.B) {
+	h := newHarness(b, config{gateway: func(o *Options) { o.Keepalive = time.Minute }})
+	h.rec.off.Store(true)
+	key, _ := h.newOrg("org_bench", "1000", 64)
+	const tokens = 1000
+	for _, tc := range []struct{ name, url, key, model string }{
+		{"gateway", h.base + "/v1/chat/completions", key, "qwen3-32b"},
+		{"simulator", h.simURL + "/chat/completions", "", "Qwen/Qwen3-32B"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			body := chatBody(tc.model, "stream please", `"max_tokens":1000`, `"stream":true`, `"stream_options":{"include_usage":true}`)
+			// Check once that the stream is whole.
+			req, _ := http.NewRequest(http.MethodPost, tc.url, strings.NewReader(body))
+			if tc.key != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.key)
+			}
+			resp, err := h.client.Do(req)
+			if err != nil {
+				b.Fatal(err)
+			}
+			events := 0
+			sc := bufio.NewScanner(resp.Body)
+			var last string
+			for sc.Scan() {
+				if bytes.HasPrefix(sc.Bytes(), []byte("data: ")) {
+					events++
+					last = sc.Text()
+				}
+			}
+			resp.Body.Close()
+			if events < tokens || last != "data: [DONE]" {
+				b.Fatalf("%d events, last %q", events, last)
+			}
+
+			b.ReportAllocs()
+			start := time.Now()
+			var n int64
+			for b.Loop() {
+				n += benchPost(b, h.client, tc.url, tc.key, body)
+			}
+			b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N*tokens), "ns/chunk")
+			b.SetBytes(n / int64(b.N))
+		})
+	}
+}
+
+// BenchmarkRewrite is the request path's body work: parse and check a chat request, then build
+// the body forwarded to the backend.
+func BenchmarkRewrite(b *testing.B) {
+	h := newHarness(b)
+	qwen, _ := h.catalog.Model("qwen3-32b")
+	backend := qwen.Backends[0]
+	tools := `"tools":[{"type":"function","function":{"name":"get_weather","description":"Get the weather of a city.","parameters":{"type":"object","properties":{"city":{"type":"string"},"unit":{"type":"string","enum":["celsius","fahrenheit"]}},"required":["city"]}}}]`
+	msgs := `{"model":"qwen3-32b","messages":[{"role":"system","content":"You are a helpful assistant. Answer briefly."},` +
+		`{"role":"user","content":"` + strings.Repeat("What is the weather like in Paris today? ", 10) + `"},` +
+		`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},` +
+		`{"role":"tool","tool_call_id":"call_1","content":"{\"temp\":21}"}],` + tools + `,"temperature":0.7,"max_tokens":800`
+	for _, tc := range []struct{ name, body string }{
+		{"non-streaming", msgs + `}`},
+		{"streaming", msgs + `,"stream":true,"stream_options":{"include_usage":false}}`},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			body := []byte(tc.body)
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				req, _, e := h.gw.check(chatEndpoint, body)
+				if e != nil {
+					b.Fatal(e)
+				}
+				if out := req.forward(backend); len(out) == 0 {
+					b.Fatal("empty body")
+				}
+			}
+		})
+	}
+}

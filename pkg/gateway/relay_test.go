@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+)
+
+// scripted is a backend that streams a fixed list of SSE data payloads.
+func scripted(t *testing.T, events ...string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		for _, e := range events {
+			fmt.Fprintf(w, "data: %s\n\n", e)
+			w.(http.Flusher).Flush()
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL + "/v1"
+}
+
+// TestUsageFromAnyChunk checks that usage is read from whichever chunk carries it, counted once,
+// and given to the client in a usage chunk of its own when it asked for one.
+func TestUsageFromAnyChunk(t *testing.T) {
+	t.Parallel()
+	const c = `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m-backend","choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":%s}]%s}`
+	usageOnLast := scripted(t,
+		fmt.Sprintf(c, "Hel", "null", ""),
+		fmt.Sprintf(c, "lo", `"stop"`, `,"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21}`),
+		"[DONE]")
+	cumulative := scripted(t,
+		fmt.Sprintf(c, "Hel", "null", `,"usage":{"prompt_tokens":9,"completion_tokens":6,"total_tokens":15}`),
+		fmt.Sprintf(c, "lo", `"stop"`, `,"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21}`),
+		`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"m-backend","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21}}`,
+		"[DONE]")
+	errorEvent := scripted(t,
+		fmt.Sprintf(c, "Hel", "null", ""),
+		`{"error":{"message":"boom","type":"InternalServerError","code":500}}`)
+	h := newHarness(t, config{extraModels: extraModel("usage-last", backendYAML("usage-last-1", usageOnLast, "m-backend")) +
+		extraModel("usage-cumulative", backendYAML("usage-cumulative-1", cumulative, "m-backend")) +
+		extraModel("error-event", backendYAML("error-event-1", errorEvent, "m-backend"))})
+
+	tests := []struct {
+		model        string
+		includeUsage bool
+		usageChunks  int
+		status       string
+	}{
+		{"usage-last", true, 1, "completed"},
+		{"usage-last", false, 0, "completed"},
+		{"usage-cumulative", true, 1, "completed"},
+		{"usage-cumulative", false, 0, "completed"},
+		{"error-event", true, 0, "upstream_error"},
+	}
+	for _, tc := range tests {
+		t.Run(fmt.Sprintf("%s include_usage %v", tc.model, tc.includeUsage), func(t *testing.T) {
+			extra := []string{`"stream":true`}
+			if tc.includeUsage {
+				extra = append(extra, `"stream_options":{"include_usage":true}`)
+			}
+			s := h.stream(req{path: "/v1/chat/completions", key: h.key, body: chatBody(tc.model, "hi", extra...)})
+			genID := s.resp.Header.Get(GenerationHeader)
+			evs := dataEvents(s.all())
+			usageChunks := 0
+			for _, ev := range evs {
+				if ev.data == "[DONE]" {
+					continue
+				}
+				ch := parseChunk(t, ev.data)
+				if ch.Error != nil {
+					continue
+				}
+				if ch.Model != tc.model {
+					t.Errorf("model %q", ch.Model)
+				}
+				if len(ch.Choices) == 0 {
+					usageChunks++
+					if !strings.Contains(ev.data, `"prompt_tokens":9,"completion_tokens":12`) || !strings.HasSuffix(ev.data, `"cost":0.000001155}}`) {
+						t.Errorf("usage chunk %s", ev.data)
+					}
+				} else if strings.Contains(ev.data, `"usage"`) {
+					t.Errorf("content chunk with usage: %s", ev.data)
+				}
+			}
+			if usageChunks != tc.usageChunks {
+				t.Errorf("%d usage chunks, want %d", usageChunks, tc.usageChunks)
+			}
+			last := evs[len(evs)-1].data
+			ev := h.waitEvent(h.orgID, genID)
+			if string(ev.Status) != tc.status {
+				t.Errorf("status %s, want %s", ev.Status, tc.status)
+			}
+			if tc.status == "completed" {
+				if last != "[DONE]" {
+					t.Errorf("last event %s", last)
+				}
+				if ev.PromptTokens != 9 || ev.CompletionTokens != 12 || ev.Cost.String() != "0.000001155" || ev.Estimated {
+					t.Errorf("event %+v", ev)
+				}
+			} else if ch := parseChunk(t, last); ch.Error == nil || deref(ch.Error.Code) != "upstream_stream_error" {
+				t.Errorf("last event %s", last)
+			}
+		})
+	}
+}
+
+// TestDeadline checks that with a request deadline (Lambda) a stream is cut early enough to
+// settle: an error event, no [DONE], the delivered part billed, the slot released.
+func TestDeadline(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, config{gateway: func(o *Options) { o.SettleReserve = 200 * time.Millisecond }})
+	// Serve through a handler that gives each request a deadline, as the Lambda adapter does.
+	withDeadline := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 500*time.Millisecond)
+		defer cancel()
+		h.gw.ServeHTTP(w, r.WithContext(ctx))
+	}))
+	t.Cleanup(withDeadline.Close)
+	h.base = withDeadline.URL
+
+	start := time.Now()
+	s := h.stream(req{path: "/v1/chat/completions", key: h.key,
+		body: chatBody("qwen3-32b", "long [[sim:delay_ms=20]]", `"max_tokens":500`, `"stream":true`)})
+	genID := s.resp.Header.Get(GenerationHeader)
+	evs := dataEvents(s.all())
+	took := time.Since(start)
+	if took > 450*time.Millisecond {
+		t.Errorf("stream ended after %v, past deadline minus reserve", took)
+	}
+	last := parseChunk(t, evs[len(evs)-1].data)
+	if last.Error == nil || deref(last.Error.Code) != "deadline_exceeded" {
+		t.Fatalf("last event %s", evs[len(evs)-1].data)
+	}
+	for _, ev := range evs {
+		if ev.data == "[DONE]" {
+			t.Errorf("[DONE] in a cut stream")
+		}
+	}
+	ev := h.waitEvent(h.orgID, genID)
+	if ev.CompletionTokens < 5 || ev.Cost <= 0 || ev.Estimated {
+		t.Errorf("event %+v", ev)
+	}
+	h.waitIdle(h.orgID)
+}
