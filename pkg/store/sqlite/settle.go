@@ -1,0 +1,140 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/usage"
+)
+
+// errApplied rolls back a settlement whose generation was already settled.
+var errApplied = errors.New("already applied")
+
+// Settle releases the lease, debits the event's cost and records the event in one write
+// transaction. The usage row, keyed by organization and generation id, makes a replay change
+// nothing. A debit entry (ID = generation id, amount = -cost) is written only for a non-zero
+// cost, so rejected requests do not fill the ledger with zero entries.
+func (s *Store) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
+	e := st.Event
+	err := s.settle(ctx, st)
+	if errors.Is(err, errApplied) {
+		return store.SettleResult{AlreadyApplied: true}, nil
+	}
+	if err != nil {
+		return store.SettleResult{}, fmt.Errorf("settle %s of %s: %w", e.GenerationID, e.OrgID, err)
+	}
+	return store.SettleResult{}, nil
+}
+
+func (s *Store) settle(ctx context.Context, st store.Settlement) error {
+	e := st.Event
+	switch {
+	case e.OrgID == "" || e.GenerationID == "":
+		return errors.New("event without organization or generation id")
+	case st.Lease.OrgID != "" && st.Lease.OrgID != e.OrgID:
+		return fmt.Errorf("lease of organization %s", st.Lease.OrgID)
+	case e.Cost < 0:
+		return fmt.Errorf("negative cost %s", e.Cost)
+	}
+	now, err := nanos("now", st.Now)
+	if err != nil {
+		return err
+	}
+	started, err := nanos("started_at", e.StartedAt)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *sql.Tx) error {
+		res, err := tx.StmtContext(ctx, s.st.settleDebit).ExecContext(ctx, int64(e.Cost), e.OrgID)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return store.ErrNotFound
+		}
+		res, err = tx.StmtContext(ctx, s.st.settleUsage).ExecContext(ctx,
+			e.OrgID, e.GenerationID, e.Version, e.KeyID, e.Model, e.Endpoint, e.Stream, string(e.Status),
+			e.HTTPStatus, e.FinishReason, e.PromptTokens, e.CachedTokens, e.CompletionTokens, int64(e.Cost),
+			e.Estimated, started, e.TTFTMillis, e.DurationMillis, e.Backend)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return errApplied
+		}
+		if st.Lease.HolderID != "" {
+			if _, err := tx.StmtContext(ctx, s.st.settleRelease).ExecContext(ctx, e.OrgID, st.Lease.HolderID); err != nil {
+				return err
+			}
+		}
+		if e.Cost == 0 {
+			return nil
+		}
+		_, err = tx.StmtContext(ctx, s.st.settleLedger).ExecContext(ctx, e.OrgID, e.GenerationID, -int64(e.Cost), e.Model, now)
+		return err
+	})
+}
+
+func scanEvent(row scanner) (usage.Event, error) {
+	var (
+		e             usage.Event
+		status        string
+		cost, started int64
+	)
+	err := row.Scan(&e.OrgID, &e.GenerationID, &e.Version, &e.KeyID, &e.Model, &e.Endpoint, &e.Stream, &status,
+		&e.HTTPStatus, &e.FinishReason, &e.PromptTokens, &e.CachedTokens, &e.CompletionTokens, &cost,
+		&e.Estimated, &started, &e.TTFTMillis, &e.DurationMillis, &e.Backend)
+	if err != nil {
+		return usage.Event{}, err
+	}
+	e.Status, e.Cost, e.StartedAt = usage.Status(status), money.Amount(cost), fromNanos(started)
+	return e, nil
+}
+
+// Generation returns the recorded event of one generation of this organization.
+func (s *Store) Generation(ctx context.Context, orgID, generationID string) (usage.Event, error) {
+	e, err := scanEvent(s.st.generation.QueryRowContext(ctx, orgID, generationID))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = store.ErrNotFound
+	}
+	if err != nil {
+		return usage.Event{}, fmt.Errorf("generation %s of %s: %w", generationID, orgID, err)
+	}
+	return e, nil
+}
+
+// Usage lists an organization's events started in [from, to), by start time then generation id.
+func (s *Store) Usage(ctx context.Context, orgID string, from, to time.Time) ([]usage.Event, error) {
+	events, err := s.usage(ctx, orgID, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("usage of %s: %w", orgID, err)
+	}
+	return events, nil
+}
+
+func (s *Store) usage(ctx context.Context, orgID string, from, to time.Time) ([]usage.Event, error) {
+	f, err := nanos("from", from)
+	if err != nil {
+		return nil, err
+	}
+	t, err := nanos("to", to)
+	if err != nil {
+		return nil, err
+	}
+	var events []usage.Event
+	err = s.list(ctx, orgID, func(rows *sql.Rows) error {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return err
+		}
+		events = append(events, e)
+		return nil
+	}, `SELECT `+usageColumns+` FROM usage WHERE org_id = ? AND started_at >= ? AND started_at < ?
+		ORDER BY started_at, generation_id`, orgID, f, t)
+	return events, err
+}

@@ -1,0 +1,152 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/store"
+)
+
+// Admit checks the organization and takes an in-flight slot in one write transaction: the
+// organization must be active with a balance above zero and fewer unexpired leases than its
+// limit. Its expired leases are deleted on the way, so crashed holders leave nothing behind.
+// A holder ID that already holds a slot is refused with ErrExists.
+func (s *Store) Admit(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
+	lease, err := s.admit(ctx, req)
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("admit %s: %w", req.OrgID, err)
+	}
+	return lease, nil
+}
+
+func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
+	if req.OrgID == "" || req.HolderID == "" {
+		return store.Lease{}, errors.New("empty organization or holder id")
+	}
+	ttl, err := leaseTTL(req.TTL)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	now, err := nanos("now", req.Now)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	expires, err := nanos("expiry", req.Now.Add(ttl))
+	if err != nil {
+		return store.Lease{}, err
+	}
+	err = s.write(ctx, func(tx *sql.Tx) error {
+		var (
+			status  string
+			balance int64
+			limit   int
+			held    int
+		)
+		err := tx.StmtContext(ctx, s.st.admitOrg).QueryRowContext(ctx, req.OrgID).Scan(&status, &balance, &limit)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return store.ErrNotFound
+		case err != nil:
+			return err
+		case store.OrgStatus(status) != store.OrgActive:
+			return store.ErrSuspended
+		case balance <= 0:
+			return store.ErrInsufficientCredits
+		}
+		if _, err := tx.StmtContext(ctx, s.st.admitPurge).ExecContext(ctx, req.OrgID, now); err != nil {
+			return err
+		}
+		if err := tx.StmtContext(ctx, s.st.admitCount).QueryRowContext(ctx, req.OrgID, now).Scan(&held); err != nil {
+			return err
+		}
+		if held >= limit {
+			return store.ErrSlotsFull
+		}
+		res, err := tx.StmtContext(ctx, s.st.admitInsert).ExecContext(ctx, req.OrgID, req.HolderID, expires)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return fmt.Errorf("holder %s: %w", req.HolderID, store.ErrExists)
+		}
+		return nil
+	})
+	if err != nil {
+		return store.Lease{}, err
+	}
+	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: fromNanos(expires)}, nil
+}
+
+func leaseTTL(ttl time.Duration) (time.Duration, error) {
+	switch {
+	case ttl == 0:
+		return store.DefaultLeaseTTL, nil
+	case ttl < 0:
+		return 0, fmt.Errorf("lease ttl %v: negative", ttl)
+	}
+	return ttl, nil
+}
+
+// Renew extends an unexpired lease to now+ttl (store.DefaultLeaseTTL when ttl is zero);
+// ErrLeaseLost when the lease was released or had expired by now.
+func (s *Store) Renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
+	renewed, err := s.renew(ctx, lease, now, ttl)
+	if err != nil {
+		return store.Lease{}, fmt.Errorf("renew %s of %s: %w", lease.HolderID, lease.OrgID, err)
+	}
+	return renewed, nil
+}
+
+func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
+	ttl, err := leaseTTL(ttl)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	n, err := nanos("now", now)
+	if err != nil {
+		return store.Lease{}, err
+	}
+	expires, err := nanos("expiry", now.Add(ttl))
+	if err != nil {
+		return store.Lease{}, err
+	}
+	var res sql.Result
+	err = s.write(ctx, func(tx *sql.Tx) (err error) {
+		res, err = tx.StmtContext(ctx, s.st.renew).ExecContext(ctx, expires, lease.OrgID, lease.HolderID, n)
+		return err
+	})
+	if err != nil {
+		return store.Lease{}, err
+	}
+	if rows, _ := res.RowsAffected(); rows == 0 {
+		return store.Lease{}, store.ErrLeaseLost
+	}
+	lease.Expires = fromNanos(expires)
+	return lease, nil
+}
+
+// InFlight lists the organization's unexpired leases at now, by holder ID.
+func (s *Store) InFlight(ctx context.Context, orgID string, now time.Time) ([]store.Lease, error) {
+	n, err := nanos("now", now)
+	if err != nil {
+		return nil, fmt.Errorf("in flight of %s: %w", orgID, err)
+	}
+	var leases []store.Lease
+	err = s.list(ctx, orgID, func(rows *sql.Rows) error {
+		l := store.Lease{OrgID: orgID}
+		var expires int64
+		if err := rows.Scan(&l.HolderID, &expires); err != nil {
+			return err
+		}
+		l.Expires = fromNanos(expires)
+		leases = append(leases, l)
+		return nil
+	}, `SELECT holder_id, expires_at FROM leases WHERE org_id = ? AND expires_at > ? ORDER BY holder_id`, orgID, n)
+	if err != nil {
+		return nil, fmt.Errorf("in flight of %s: %w", orgID, err)
+	}
+	return leases, nil
+}

@@ -1,0 +1,111 @@
+// Package sqlite is the embedded store: one SQLite database file in WAL mode that the gateway
+// and kilnctl can open at the same time, from separate processes.
+//
+// Every write is one BEGIN IMMEDIATE transaction on a single connection, so two writers queue on
+// the database lock (under busy_timeout) instead of deadlocking on a read-to-write upgrade, and
+// readers on their own connections never wait for a writer. Money is INTEGER picodollars and
+// times are INTEGER Unix nanoseconds, so sums, orderings and expiry comparisons are exact.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// FileName is the name of the database file inside the store's directory.
+const FileName = "kiln.db"
+
+// busyTimeout is how long a statement waits for another connection's lock, perhaps held by the
+// other process, before it fails with SQLITE_BUSY.
+const busyTimeout = 5 * time.Second
+
+// Store is the embedded store. It is safe for concurrent use, and other Stores (in this or other
+// processes) may use the same directory at the same time.
+type Store struct {
+	path string
+	w    *sql.DB // one connection; transactions begin IMMEDIATE
+	r    *sql.DB // read-only connections
+	st   statements
+}
+
+// Open opens the store in dir, creating the directory (mode 0700) and the database as needed,
+// and brings the schema up to date.
+func Open(dir string) (*Store, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open store %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, FileName)
+	if strings.ContainsRune(path, '?') {
+		// The driver reads everything after '?' as connection parameters.
+		return nil, fmt.Errorf("open store %s: path must not contain '?'", dir)
+	}
+	s := &Store{path: path}
+	if err := s.open(); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func (s *Store) open() error {
+	common := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)",
+		busyTimeout.Milliseconds())
+	var err error
+	s.w, err = sql.Open("sqlite", s.path+"?"+common+"&_pragma=journal_mode(WAL)&_txlock=immediate")
+	if err != nil {
+		return err
+	}
+	// One connection serves every write: SQLite admits one writer at a time anyway, and a single
+	// connection keeps the prepared statements warm.
+	s.w.SetMaxOpenConns(1)
+	s.w.SetMaxIdleConns(1)
+	s.w.SetConnMaxLifetime(0)
+	s.w.SetConnMaxIdleTime(0)
+	ctx := context.Background()
+	if err := migrate(ctx, s.w); err != nil {
+		return err
+	}
+	// Readers open after the writer has switched the file to WAL, which persists.
+	s.r, err = sql.Open("sqlite", s.path+"?"+common+"&_pragma=query_only(1)")
+	if err != nil {
+		return err
+	}
+	s.r.SetMaxIdleConns(4)
+	return s.st.prepare(ctx, s.w, s.r)
+}
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close releases the database. Leases still held stay in the file until they expire.
+func (s *Store) Close() error {
+	errs := []error{s.st.close()}
+	if s.r != nil {
+		errs = append(errs, s.r.Close())
+	}
+	if s.w != nil {
+		errs = append(errs, s.w.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// write runs fn in one BEGIN IMMEDIATE transaction and commits it when fn returns nil.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		tx.Rollback()
+		return err
+	}
+	return tx.Commit()
+}

@@ -1,0 +1,81 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+)
+
+// statements are the hot path's prepared statements. The write ones are prepared on the single
+// write connection and reused inside each transaction through Tx.StmtContext.
+type statements struct {
+	authenticate *sql.Stmt
+	org          *sql.Stmt
+	generation   *sql.Stmt
+	maintenance  *sql.Stmt
+
+	admitOrg    *sql.Stmt
+	admitPurge  *sql.Stmt
+	admitCount  *sql.Stmt
+	admitInsert *sql.Stmt
+	renew       *sql.Stmt
+
+	settleRelease *sql.Stmt
+	settleUsage   *sql.Stmt
+	settleLedger  *sql.Stmt
+	settleDebit   *sql.Stmt
+}
+
+const usageColumns = `org_id, generation_id, version, key_id, model, endpoint, stream, status,
+	http_status, finish_reason, prompt_tokens, cached_tokens, completion_tokens, cost, estimated,
+	started_at, ttft_ms, duration_ms, backend`
+
+func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
+	for _, p := range []struct {
+		db    *sql.DB
+		stmt  **sql.Stmt
+		query string
+	}{
+		{r, &st.authenticate, `SELECT k.id, k.revoked_at, o.id, o.status, o.max_in_flight
+			FROM keys k JOIN orgs o ON o.id = k.org_id WHERE k.hash = ?`},
+		{r, &st.org, `SELECT id, name, status, max_in_flight, balance, created_at FROM orgs WHERE id = ?`},
+		{r, &st.generation, `SELECT ` + usageColumns + ` FROM usage WHERE org_id = ? AND generation_id = ?`},
+		{r, &st.maintenance, `SELECT on_, until FROM maintenance WHERE id = 1`},
+
+		{w, &st.admitOrg, `SELECT status, balance, max_in_flight FROM orgs WHERE id = ?`},
+		{w, &st.admitPurge, `DELETE FROM leases WHERE org_id = ? AND expires_at <= ?`},
+		{w, &st.admitCount, `SELECT count(*) FROM leases WHERE org_id = ? AND expires_at > ?`},
+		{w, &st.admitInsert, `INSERT INTO leases (org_id, holder_id, expires_at) VALUES (?, ?, ?)
+			ON CONFLICT DO NOTHING`},
+		{w, &st.renew, `UPDATE leases SET expires_at = ?
+			WHERE org_id = ? AND holder_id = ? AND expires_at > ?`},
+
+		{w, &st.settleRelease, `DELETE FROM leases WHERE org_id = ? AND holder_id = ?`},
+		{w, &st.settleUsage, `INSERT INTO usage (` + usageColumns + `)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
+		{w, &st.settleLedger, `INSERT INTO ledger (org_id, id, kind, amount, note, at)
+			VALUES (?, ?, 'debit', ?, ?, ?)`},
+		{w, &st.settleDebit, `UPDATE orgs SET balance = balance - ? WHERE id = ?`},
+	} {
+		s, err := p.db.PrepareContext(ctx, p.query)
+		if err != nil {
+			return err
+		}
+		*p.stmt = s
+	}
+	return nil
+}
+
+func (st *statements) close() error {
+	var errs []error
+	for _, s := range []*sql.Stmt{
+		st.authenticate, st.org, st.generation, st.maintenance,
+		st.admitOrg, st.admitPurge, st.admitCount, st.admitInsert, st.renew,
+		st.settleRelease, st.settleUsage, st.settleLedger, st.settleDebit,
+	} {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
