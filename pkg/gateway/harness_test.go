@@ -207,42 +207,6 @@ func (w *teeWriter) Write(b []byte) (int, error) {
 
 func (w *teeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// releasingStore works around a bug in pkg/store/sqlite: Settle deletes the lease of holder
-// "x" instead of the settled lease's holder (settle.go, settleRelease), so every request leaks
-// its in-flight slot until the lease expires. After each settlement the lease is shortened to
-// expire at once, and later renewals of a settled lease fail as they would on a deleted one.
-// When the store is fixed, this changes nothing. WORKAROUND: remove once pkg/store/sqlite
-// releases the right holder.
-type releasingStore struct {
-	*sqlite.Store
-	mu      *sync.Mutex
-	settled map[string]bool
-}
-
-func newReleasingStore(s *sqlite.Store) releasingStore {
-	return releasingStore{Store: s, mu: new(sync.Mutex), settled: map[string]bool{}}
-}
-
-func (s releasingStore) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	res, err := s.Store.Settle(ctx, st)
-	if err == nil && st.Lease.HolderID != "" {
-		s.settled[st.Lease.HolderID] = true
-		_, _ = s.Store.Renew(ctx, st.Lease, time.Now(), time.Nanosecond)
-	}
-	return res, err
-}
-
-func (s releasingStore) Renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.settled[lease.HolderID] {
-		return store.Lease{}, store.ErrLeaseLost
-	}
-	return s.Store.Renew(ctx, lease, now, ttl)
-}
-
 // config changes a harness before it starts.
 type config struct {
 	extraModels string
@@ -318,7 +282,7 @@ func newHarness(t testing.TB, cfgs ...config) *harness {
 		cfg.upstream(&uopt)
 	}
 	opt := Options{
-		Store:    newReleasingStore(st),
+		Store:    st,
 		Catalog:  cat,
 		Upstream: upstream.New(cat, uopt),
 		// Revocations, suspensions and maintenance take effect on the next request.
