@@ -193,9 +193,11 @@ func (s *stack) kilnctl(t *testing.T, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(kilnctlBin, args...)
 	cmd.Env = s.Env
-	out, err := cmd.CombinedOutput()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kilnctl %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("kilnctl %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.Bytes())
 	}
 	return string(out)
 }
