@@ -74,7 +74,11 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 	x.w.WriteHeader(http.StatusOK)
 	if _, err := x.w.Write(out); err != nil {
 		x.event.Status = usage.StatusClientDisconnected
+		return
 	}
+	// Hand the answer to the client now rather than when the handler returns: settlement, which
+	// runs after this, is none of the client's waiting.
+	_ = http.NewResponseController(x.w).Flush()
 }
 
 func (x *exchange) badBackendBody(ctx context.Context, reason string, err error) {
