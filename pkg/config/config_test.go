@@ -1,0 +1,51 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestDefaults(t *testing.T) {
+	c, err := Load(env(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Addr != "127.0.0.1:8080" || c.DataDir != "./.kiln" || c.Store != StoreSQLite || c.Keepalive != 15*time.Second ||
+		c.MaxBody != 5242880 || c.TablePrefix != "kiln-" || c.HeaderTimeout != 120*time.Second || c.ConnectTimeout != 10*time.Second ||
+		c.LeaseTTL != 60*time.Second || c.Simulator != "" || c.OnLambda {
+		t.Errorf("defaults: %+v", c)
+	}
+	c, err = Load(env(map[string]string{"AWS_LAMBDA_RUNTIME_API": "127.0.0.1:9001"}))
+	if err != nil || !c.OnLambda || c.Store != StoreDynamoDB {
+		t.Errorf("on Lambda the store defaults to dynamodb: %+v, %v", c, err)
+	}
+}
+
+func TestEveryProblemReportedTogether(t *testing.T) {
+	_, err := Load(env(map[string]string{
+		"KILN_STORE":     "postgres",
+		"KILN_KEEPALIVE": "soon",
+		"KILN_MAX_BODY":  "-1",
+		"KILN_ADDR":      "8080",
+		"KILN_CACHE_TTL": "1m",
+		"KILN_LOG_LEVEL": "loud",
+	}))
+	if err == nil {
+		t.Fatal("want errors")
+	}
+	for _, name := range []string{"KILN_STORE", "KILN_KEEPALIVE", "KILN_MAX_BODY", "KILN_ADDR", "KILN_CACHE_TTL", "KILN_LOG_LEVEL"} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("%s not reported in:\n%v", name, err)
+		}
+	}
+}
+
+func TestOverrides(t *testing.T) {
+	c, err := Load(env(map[string]string{"KILN_KEEPALIVE": "250ms", "KILN_MAX_BODY": "1024", "KILN_SIMULATOR_ADDR": "127.0.0.1:9999"}))
+	if err != nil || c.Keepalive != 250*time.Millisecond || c.MaxBody != 1024 || c.Simulator != "127.0.0.1:9999" {
+		t.Errorf("%+v, %v", c, err)
+	}
+}
