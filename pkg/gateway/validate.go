@@ -52,20 +52,10 @@ func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string,
 		return f.Value(body), true
 	}
 
-	mv, ok := get("model")
-	if !ok {
-		return req, "", invalid("model", "missing_required_parameter", "Missing required parameter: 'model'.")
-	}
-	modelID, ok = openai.Unquote(mv)
-	if !ok {
-		return req, "", invalid("model", "invalid_type", "Invalid type for 'model': expected a string, but got %s instead.", kindName(mv))
-	}
-	m, ok := g.opt.Catalog.Model(modelID)
-	if !ok {
-		return req, modelID, errModelNotFound(modelID)
-	}
-	req.model = m
-
+	// The model's name and the stream flag are read first so that the usage event of a request
+	// refused later still says what it asked for.
+	mv, hasModel := get("model")
+	modelID, isString := openai.Unquote(mv)
 	if sv, ok := get("stream"); ok {
 		req.hasStream = true
 		switch string(sv) {
@@ -76,6 +66,18 @@ func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string,
 			return req, modelID, invalid("stream", "invalid_type", "Invalid value for 'stream': expected a boolean (true or false), but got %s.", abbreviate(sv))
 		}
 	}
+	if !hasModel {
+		return req, "", invalid("model", "missing_required_parameter", "Missing required parameter: 'model'.")
+	}
+	if !isString {
+		return req, "", invalid("model", "invalid_type", "Invalid type for 'model': expected a string, but got %s instead.", kindName(mv))
+	}
+	m, ok := g.opt.Catalog.Model(modelID)
+	if !ok {
+		return req, modelID, errModelNotFound(modelID)
+	}
+	req.model = m
+
 	if ov, ok := get("stream_options"); ok && !openai.IsNull(ov) {
 		if !req.stream {
 			return req, modelID, invalid("stream_options", "invalid_value", "Invalid value for 'stream_options': stream_options is only allowed when 'stream' is true.")
