@@ -10,9 +10,11 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/neocloud/kiln/pkg/catalog"
@@ -40,6 +42,12 @@ type Options struct {
 
 	// Publish receives every settled usage event, after the response ended. Optional.
 	Publish func(context.Context, usage.Event)
+
+	// SettleInBackground settles after the handler returns, so that a keep-alive connection's
+	// next request does not wait for the store. The slot stays taken until settlement is done;
+	// call Drain before the process exits. Not for Lambda, which may freeze the process as soon
+	// as the handler returns.
+	SettleInBackground bool
 }
 
 // Gateway is the http.Handler of the public API.
@@ -50,6 +58,7 @@ type Gateway struct {
 	maint      *maintenanceCache
 	modelsList []byte
 	modelByID  map[string][]byte
+	settling   atomic.Int64 // settlements running in the background
 }
 
 // New builds a Gateway.
@@ -144,6 +153,18 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request, h func(http.Respon
 		return
 	}
 	h(w, r, p)
+}
+
+// Drain waits until every settlement running in the background has finished, or ctx ends.
+func (g *Gateway) Drain(ctx context.Context) error {
+	for g.settling.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d settlements still running: %w", g.settling.Load(), ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
 }
 
 func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {

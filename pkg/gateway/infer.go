@@ -88,7 +88,17 @@ func (g *Gateway) infer(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 		},
 	}
 	g.renewLeases(x)
-	defer x.settle(ctx)
+	defer func() {
+		if !g.opt.SettleInBackground {
+			x.settle(ctx)
+			return
+		}
+		g.settling.Add(1)
+		go func() {
+			defer g.settling.Add(-1)
+			x.settle(ctx)
+		}()
+	}()
 
 	// 7. Endpoint checks.
 	req, modelID, e := g.check(ep, body)

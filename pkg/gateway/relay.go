@@ -140,29 +140,44 @@ func (s *stream) ping() {
 		return
 	}
 	s.writeLocked(openai.Keepalive)
-	s.keepalive.Reset(s.every)
+	s.flushLocked()
 }
 
-// write sends b and flushes it; false when the client is gone.
+// write queues b for the client; flush sends what is queued. false when the client is gone.
 func (s *stream) write(b []byte) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.failed {
-		return false
-	}
 	s.writeLocked(b)
-	s.keepalive.Reset(s.every)
+	return !s.failed
+}
+
+func (s *stream) flush() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushLocked()
 	return !s.failed
 }
 
 func (s *stream) writeLocked(b []byte) {
+	if s.failed {
+		return
+	}
 	if _, err := s.w.Write(b); err != nil {
 		s.failed = true
+	}
+}
+
+// flushLocked sends what was written and restarts the keepalive clock: silence is measured from
+// the last bytes the client received.
+func (s *stream) flushLocked() {
+	if s.failed {
 		return
 	}
 	if err := s.rc.Flush(); err != nil {
 		s.failed = true
+		return
 	}
+	s.keepalive.Reset(s.every)
 }
 
 // close stops the keepalives; after it returns, nothing more is written by the timer.
@@ -193,7 +208,7 @@ func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
 	x.event.HTTPStatus = http.StatusOK
 	s := newStream(x.w, x.g.opt.Keepalive)
 	defer s.close()
-	s.write(nil) // flush the headers now: the client learns the status before the first token
+	s.flush() // the client learns the status now, before the first token
 
 	r := relayState{x: x, rename: resp.Backend.Model != x.req.model.ID}
 	if r.rename {
@@ -202,7 +217,16 @@ func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
 	dec := openai.NewDecoder(resp.Body)
 	done := false
 	var readErr error
+	unflushed := false
 	for {
+		// Flush before any read that could wait: events already read are never held back by
+		// events not yet arrived, while a burst that arrived together goes out in one write.
+		if unflushed && !dec.Pending() {
+			if !s.flush() {
+				break
+			}
+			unflushed = false
+		}
 		ev, err := dec.Next()
 		if err != nil {
 			readErr = err
@@ -226,6 +250,7 @@ func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
 		if !s.write(out) {
 			break
 		}
+		unflushed = true
 		if r.content {
 			x.meter.chunks++
 			if x.event.TTFTMillis == 0 {
@@ -246,6 +271,7 @@ func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
 			s.write(openai.AppendData(nil, r.synthesizeUsage()))
 		}
 		s.write(doneEvent)
+		s.flush()
 		x.event.Status = usage.StatusCompleted
 	default:
 		code, msg := "upstream_stream_error", "The model backend failed while streaming the response. The part generated so far is billed."
@@ -261,6 +287,7 @@ func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
 		}
 		body := openai.Error{Message: msg, Type: "server_error", Code: code}.AppendJSON(nil)
 		s.write(openai.AppendData(nil, body))
+		s.flush()
 		x.event.Status = usage.StatusUpstreamError
 	}
 }
@@ -274,6 +301,7 @@ type relayState struct {
 	out       []byte
 	content   bool // the last chunk carried generated content
 	usageSent bool
+	edits     [2]openai.Edit
 
 	// id, object, created of the first chunk, to build a usage chunk if the backend sent none.
 	id, object, created []byte
@@ -315,28 +343,27 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 		}
 	}
 	uf, hasUsage := openai.Lookup(data, fields, "usage")
+	if hasUsage && openai.IsNull(uf.Value(data)) {
+		hasUsage = false
+	}
 	if hasUsage {
-		u, ok, err := openai.ParseUsage(uf.Value(data))
-		if err != nil {
-			return nil, err
-		}
-		if ok {
-			x.meter.usage, x.meter.haveUsage = u, true
-		} else {
-			hasUsage = false
-		}
+		x.meter.observe(uf.Value(data))
 	}
 	cf, _ := openai.Lookup(data, fields, "choices")
 	choices := cf.Value(data)
 	r.content = false
-	edits := make([]openai.Edit, 0, 2)
+	edits := r.edits[:0]
 
 	if openai.IsEmptyArray(choices) {
 		// The usage chunk.
 		if !hasUsage || !x.req.includeUsage {
 			return nil, nil
 		}
-		cost, err := x.req.model.Pricing.Cost(x.meter.usage.PromptTokens, x.meter.usage.CachedTokens, x.meter.usage.CompletionTokens)
+		u, err := x.meter.current()
+		if err != nil {
+			return nil, err
+		}
+		cost, err := x.req.model.Pricing.Cost(u.PromptTokens, u.CachedTokens, u.CompletionTokens)
 		if err != nil {
 			return nil, err
 		}
@@ -408,7 +435,7 @@ func (r *relayState) inspectChoice(choices []byte) {
 // synthesizeUsage builds a usage chunk from the last usage the backend reported.
 func (r *relayState) synthesizeUsage() []byte {
 	x := r.x
-	u := x.meter.usage
+	u, _ := x.meter.current()
 	cost, _ := x.req.model.Pricing.Cost(u.PromptTokens, u.CachedTokens, u.CompletionTokens)
 	b := append([]byte(nil), `{"id":`...)
 	b = append(b, r.id...)

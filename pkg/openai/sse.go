@@ -17,7 +17,9 @@ var Keepalive = []byte(": keepalive\n\n")
 // DefaultMaxEvent is how many bytes one event may have unless NewDecoderSize says otherwise.
 const DefaultMaxEvent = 8 << 20
 
-const readBuffer = 64 << 10
+// readBuffer is the decoder's read buffer. Model servers' events are a few hundred bytes; a
+// longer line is gathered across reads, so the buffer bounds only the memory of an idle stream.
+const readBuffer = 4 << 10
 
 // Decoder reads server-sent events as the WHATWG EventSource rules parse them: lines end in LF,
 // CRLF or CR; "data:" lines accumulate; a blank line dispatches; a leading byte-order mark is
@@ -47,7 +49,7 @@ type Decoder struct {
 	lastName string // the previous event's name
 }
 
-// NewDecoder returns a Decoder that reads from r through a 64 KiB buffer, with events of at most
+// NewDecoder returns a Decoder that reads from r through a 4 KiB buffer, with events of at most
 // DefaultMaxEvent bytes.
 func NewDecoder(r io.Reader) *Decoder { return NewDecoderSize(r, DefaultMaxEvent) }
 
@@ -59,6 +61,15 @@ func NewDecoderSize(r io.Reader, maxEvent int) *Decoder {
 		maxEvent = DefaultMaxEvent
 	}
 	return &Decoder{r: bufio.NewReaderSize(r, readBuffer), maxEvent: maxEvent}
+}
+
+// Pending reports whether the bytes already read hold the end of another event, so that Next
+// will return without waiting for input. A relay flushes its output only when nothing is pending:
+// a burst of events then costs one write to the client, and no event ever waits for a later one.
+func (d *Decoder) Pending() bool {
+	b, _ := d.r.Peek(d.r.Buffered())
+	// A blank line is two line ends in a row: LF LF, LF CR (CR or CRLF after LF), or CR CR.
+	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r")) || bytes.Contains(b, []byte("\r\r"))
 }
 
 // Truncated reports whether the input ended inside an event rather than after the blank line that

@@ -1,0 +1,59 @@
+package gateway
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/store"
+)
+
+// slowSettle delays every settlement, to show that the client's answer does not wait for it.
+type slowSettle struct {
+	store.Gateway
+	delay time.Duration
+}
+
+func (s slowSettle) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
+	time.Sleep(s.delay)
+	return s.Gateway.Settle(ctx, st)
+}
+
+// TestSettleInBackground: with SettleInBackground the handler returns before settlement, so a
+// keep-alive connection's next request is not held up by the store; Drain waits for every
+// settlement, and each is complete and exact.
+func TestSettleInBackground(t *testing.T) {
+	t.Parallel()
+	const delay = 300 * time.Millisecond
+	h := newHarness(t, config{
+		gateway:   func(o *Options) { o.SettleInBackground = true },
+		wrapStore: func(s store.Gateway) store.Gateway { return slowSettle{s, delay} },
+	})
+	key, _ := h.newOrg("org_bg", "1", 8)
+	start := time.Now()
+	var ids []string
+	for i := range 3 {
+		r := h.do(req{path: "/v1/chat/completions", body: chatBody("gpt-oss-120b", "one two three four five six seven eight nine", `"max_tokens":12`), key: key})
+		if r.status != 200 {
+			t.Fatalf("request %d: %d", i, r.status)
+		}
+		ids = append(ids, r.genID())
+	}
+	if elapsed := time.Since(start); elapsed > 2*delay {
+		t.Fatalf("3 requests on one connection took %v: they waited for settlement", elapsed)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.gw.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		ev, err := h.store.Generation(context.Background(), "org_bg", id)
+		if err != nil || ev.Cost.String() != "0.000001155" {
+			t.Errorf("%s after Drain: %v, cost %s", id, err, ev.Cost)
+		}
+	}
+	if got := h.balance("org_bg").String(); got != "0.999996535" {
+		t.Errorf("balance %s, want 1 − 3 × 0.000001155", got)
+	}
+}
