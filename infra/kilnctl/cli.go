@@ -89,6 +89,7 @@ func commands() []command {
 		{"maintenance on", "--until TIME", "answer 503 to every request until TIME (RFC 3339)", maintenanceOn},
 		{"maintenance off", "", "end the maintenance window", maintenanceOff},
 		{"maintenance show", "", "show the maintenance window", maintenanceShow},
+		{"dev create-tables", "", "create the missing DynamoDB tables on the local endpoint KILN_DYNAMODB_ENDPOINT", devCreateTables},
 	}
 }
 

@@ -19,8 +19,15 @@ type testEnv struct {
 	vars map[string]string
 }
 
+// storeVars, when set, gives new test environments another store's variables instead of a fresh
+// embedded store: the DynamoDB tests set it to run these tests against DynamoDB Local.
+var storeVars func(t *testing.T) map[string]string
+
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
+	if storeVars != nil {
+		return &testEnv{t: t, vars: storeVars(t)}
+	}
 	return &testEnv{t: t, vars: map[string]string{
 		"KILN_STORE":    config.StoreSQLite,
 		"KILN_DATA_DIR": t.TempDir(),

@@ -19,6 +19,7 @@
 //	kilnctl usage --org ID --from 2026-11-01 --to 2026-11-30 [--by day|model] [--csv]
 //	kilnctl maintenance on --until 2026-12-01T06:00:00Z
 //	kilnctl maintenance off | maintenance show
+//	kilnctl dev create-tables                creates missing DynamoDB tables on KILN_DYNAMODB_ENDPOINT
 //	kilnctl help [COMMAND]
 //
 // Every command takes --json and then prints one JSON document on stdout, and -h for its

@@ -2,13 +2,16 @@ package config
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/store/dynamo"
 	"github.com/neocloud/kiln/pkg/store/sqlite"
 )
 
-// OpenStore opens the store the configuration names.
+// OpenStore opens the store the configuration names. Opening the DynamoDB store does not call
+// DynamoDB; the first request finds out whether the tables and credentials are there.
 func OpenStore(ctx context.Context, c Config) (store.Store, error) {
 	switch c.Store {
 	case StoreSQLite:
@@ -18,7 +21,37 @@ func OpenStore(ctx context.Context, c Config) (store.Store, error) {
 		}
 		return s, nil
 	case StoreDynamoDB:
-		return nil, fmt.Errorf("KILN_STORE=dynamodb: the DynamoDB store is not part of this build yet")
+		s, err := dynamo.Open(ctx, dynamoConfig(c))
+		if err != nil {
+			return nil, fmt.Errorf("open DynamoDB store (tables %s*): %w", c.TablePrefix, err)
+		}
+		return s, nil
 	}
 	return nil, fmt.Errorf("KILN_STORE=%q: unknown store", c.Store)
+}
+
+func dynamoConfig(c Config) dynamo.Config {
+	return dynamo.Config{TablePrefix: c.TablePrefix, Endpoint: c.DynamoDBEndpoint, Region: c.Region}
+}
+
+// CreateLocalTables creates the DynamoDB tables that do not exist yet on a local endpoint
+// (KILN_DYNAMODB_ENDPOINT: DynamoDB Local, moto) and waits until they are active. It returns the
+// names of every table of the store and of those it created. In AWS the tables come from the
+// deployment template, so without an endpoint it refuses.
+func CreateLocalTables(ctx context.Context, c Config) (all dynamo.Tables, created []string, err error) {
+	if c.Store != StoreDynamoDB {
+		return dynamo.Tables{}, nil, fmt.Errorf("KILN_STORE=%q: tables are created only for the DynamoDB store (KILN_STORE=dynamodb)", c.Store)
+	}
+	if c.DynamoDBEndpoint == "" {
+		return dynamo.Tables{}, nil, errors.New("KILN_DYNAMODB_ENDPOINT is not set: tables are created here only on a local endpoint; in AWS they come from template.yaml")
+	}
+	s, err := dynamo.Open(ctx, dynamoConfig(c))
+	if err != nil {
+		return dynamo.Tables{}, nil, err
+	}
+	created, err = s.CreateTables(ctx)
+	if err != nil {
+		return s.Tables(), created, fmt.Errorf("create tables on %s: %w", c.DynamoDBEndpoint, err)
+	}
+	return s.Tables(), created, nil
 }

@@ -1,6 +1,8 @@
 // Package local runs the whole gateway on one machine: the configured store (the embedded one by
-// default), the catalog, the built-in model simulator as the reference catalog's backend, and a
-// demo organization with credits and a key printed at first start. It is what `make run` starts.
+// default; with KILN_STORE=dynamodb and KILN_DYNAMODB_ENDPOINT, a local DynamoDB whose missing
+// tables it creates), the catalog, the built-in model simulator as the reference catalog's
+// backend, and a demo organization with credits and a key printed at first start. It is what
+// `make run` starts.
 package local
 
 import (
@@ -12,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/neocloud/kiln/infra"
@@ -44,6 +47,19 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 	if err != nil {
 		return fmt.Errorf("catalog: %w", err)
 	}
+	if cfg.Store == config.StoreDynamoDB && cfg.DynamoDBEndpoint != "" {
+		// A local DynamoDB (DynamoDB Local, moto) starts empty; in AWS the tables come from
+		// template.yaml and are never created here.
+		tables, created, err := config.CreateLocalTables(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		if len(created) > 0 {
+			fmt.Fprintf(out, "Created DynamoDB tables on %s: %s\n", cfg.DynamoDBEndpoint, strings.Join(created, ", "))
+		}
+		log.Info("dynamodb tables ready", slog.String("endpoint", cfg.DynamoDBEndpoint),
+			slog.String("orgs", tables.Orgs), slog.Int("created", len(created)))
+	}
 	st, err := config.OpenStore(ctx, cfg)
 	if err != nil {
 		return err
@@ -66,12 +82,13 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 			HeaderTimeout:  cfg.HeaderTimeout,
 			Getenv:         getenv,
 		}),
-		Logger:        log,
-		MaxBody:       cfg.MaxBody,
-		Keepalive:     cfg.Keepalive,
-		LeaseTTL:      cfg.LeaseTTL,
-		CacheTTL:      cfg.CacheTTL,
-		SettleReserve: cfg.SettleReserve,
+		Logger:             log,
+		SettleInBackground: true,
+		MaxBody:            cfg.MaxBody,
+		Keepalive:          cfg.Keepalive,
+		LeaseTTL:           cfg.LeaseTTL,
+		CacheTTL:           cfg.CacheTTL,
+		SettleReserve:      cfg.SettleReserve,
 	})
 	if err != nil {
 		return err
@@ -116,6 +133,9 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 		cancelAll() // streams still open after the grace period end now, and settle
 		_ = srv.Close()
 		time.Sleep(100 * time.Millisecond)
+	}
+	if err := gw.Drain(shutdownCtx); err != nil {
+		log.Error("shutdown before every request was settled", slog.String("error", err.Error()))
 	}
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err

@@ -126,7 +126,9 @@ type Maintenance struct {
 // Active reports whether the window is in force at now.
 func (m Maintenance) Active(now time.Time) bool { return m.On && now.Before(m.Until) }
 
-// Gateway is what the request path needs. Each method is one round trip on DynamoDB.
+// Gateway is what the request path needs. Each method is one round trip on DynamoDB, except
+// Authenticate, which reads the key and then its organization (two); the gateway caches its
+// answer, so a request with a warm cache costs two round trips: Admit and Settle.
 type Gateway interface {
 	// Authenticate finds the key with this SHA-256 hash and its organization.
 	// ErrNotFound for an unknown key, ErrKeyRevoked for a revoked one.

@@ -17,6 +17,18 @@ import (
 // Run runs the contract suite. open must return a fresh, empty store for each subtest; Run
 // closes it when the subtest ends. Subtests run in parallel.
 func Run(t *testing.T, open func(t *testing.T) store.Store) {
+	RunWithOptions(t, open, Options{})
+}
+
+// Options size the suite for stores behind slow servers (local emulators).
+type Options struct {
+	// RaceCycles is the number of acquire/release cycles each of the slot race's 32 goroutines
+	// completes; zero means 64 (2048 in all).
+	RaceCycles int
+}
+
+// RunWithOptions is Run with options.
+func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opt Options) {
 	for _, tc := range []struct {
 		name string
 		test func(t *testing.T, s store.Store)
@@ -42,7 +54,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"NegativeBalanceInFlight", testNegativeBalance},
 		{"Generation", testGeneration},
 		{"Usage", testUsage},
-		{"SlotsRace", func(t *testing.T, s store.Store) { RaceSlots(t, s) }},
+		{"SlotsRace", func(t *testing.T, s store.Store) { RaceSlotsCycles(t, opt.RaceCycles, s) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

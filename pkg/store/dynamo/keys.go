@@ -1,0 +1,190 @@
+package dynamo
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/neocloud/kiln/pkg/store"
+)
+
+// The keys table holds two items per key: the key item under "hash#" and the key's SHA-256 in
+// hex, which authentication reads and the by-org index lists; and a claim under "id#" and the
+// key ID, which makes IDs unique and lets RevokeKey find the hash.
+const (
+	keyByHashPrefix = "hash#"
+	keyByIDPrefix   = "id#"
+	// KeysByOrgIndex is the keys table's global secondary index: org_id, then key_id.
+	KeysByOrgIndex = "by-org"
+)
+
+func hashKey(h [32]byte) item { return keyOf("pk", keyByHashPrefix+hex.EncodeToString(h[:])) }
+func keyIDKey(id string) item { return keyOf("pk", keyByIDPrefix+id) }
+
+// CreateKey stores a key's hash and claims its ID in one transaction that also checks that the
+// organization exists. ErrExists when the ID or the hash is taken, ErrNotFound when the
+// organization does not exist.
+func (s *Store) CreateKey(ctx context.Context, key store.Key) error {
+	if key.ID == "" {
+		return fmt.Errorf("create key: %w", errEmptyID)
+	}
+	if key.RevokedAt != nil {
+		return fmt.Errorf("create key %s: a new key cannot be revoked", key.ID)
+	}
+	byHash := hashKey(key.Hash)
+	byHash["key_id"] = sv(key.ID)
+	byHash["org_id"] = sv(key.OrgID)
+	if !key.CreatedAt.IsZero() {
+		created, err := nanos("created_at", key.CreatedAt)
+		if err != nil {
+			return fmt.Errorf("create key %s: %w", key.ID, err)
+		}
+		byHash["created_at"] = nv(created)
+	}
+	byID := keyIDKey(key.ID)
+	byID["key_hash"] = sv(hex.EncodeToString(key.Hash[:]))
+	c, err := s.transact(ctx, func() []types.TransactWriteItem {
+		return []types.TransactWriteItem{
+			{ConditionCheck: &types.ConditionCheck{TableName: &s.tables.Orgs, Key: orgKey(key.OrgID),
+				ConditionExpression: aws.String("attribute_exists(pk)")}},
+			{Put: &types.Put{TableName: &s.tables.Keys, Item: byID, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+			{Put: &types.Put{TableName: &s.tables.Keys, Item: byHash, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("create key %s: %w", key.ID, err)
+	}
+	if c != nil {
+		if failed, _ := c.failed(0); failed {
+			return fmt.Errorf("create key %s: organization %s: %w", key.ID, key.OrgID, store.ErrNotFound)
+		}
+		return fmt.Errorf("create key %s: %w", key.ID, store.ErrExists)
+	}
+	return nil
+}
+
+func decodeKey(it item) (store.Key, error) {
+	d := decoder{it: it}
+	k := store.Key{ID: d.str("key_id"), OrgID: d.str("org_id"), CreatedAt: d.optTime("created_at")}
+	h, err := hex.DecodeString(strings.TrimPrefix(d.str("pk"), keyByHashPrefix))
+	if d.err == nil && (err != nil || len(h) != len(k.Hash)) {
+		d.err = fmt.Errorf("key %s: malformed hash", k.ID)
+	}
+	copy(k.Hash[:], h)
+	if d.has("revoked_at") {
+		t := d.optTime("revoked_at")
+		k.RevokedAt = &t
+	}
+	return k, d.err
+}
+
+// Keys lists an organization's keys, oldest first, from the by-org index. The index is
+// eventually consistent on AWS: a key created a moment ago may be missing for a fraction of a
+// second; authentication reads the table itself and is not affected.
+func (s *Store) Keys(ctx context.Context, orgID string) ([]store.Key, error) {
+	var keys []store.Key
+	p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+		TableName:                 &s.tables.Keys,
+		IndexName:                 aws.String(KeysByOrgIndex),
+		KeyConditionExpression:    aws.String("org_id = :org"),
+		ExpressionAttributeValues: item{":org": sv(orgID)},
+	})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("keys of %s: %w", orgID, err)
+		}
+		for _, it := range page.Items {
+			k, err := decodeKey(it)
+			if err != nil {
+				return nil, fmt.Errorf("keys of %s: %w", orgID, err)
+			}
+			keys = append(keys, k)
+		}
+	}
+	if err := s.notFoundIfNoOrg(ctx, orgID, len(keys)); err != nil {
+		return nil, fmt.Errorf("keys of %s: %w", orgID, err)
+	}
+	slices.SortFunc(keys, func(a, b store.Key) int {
+		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return keys, nil
+}
+
+// RevokeKey revokes a key at the given time: it reads the key's claim for the hash, then sets
+// revoked_at on the key item unless it is set already (revoking again keeps the first time).
+func (s *Store) RevokeKey(ctx context.Context, keyID string, at time.Time) error {
+	if err := s.revokeKey(ctx, keyID, at); err != nil {
+		return fmt.Errorf("revoke key %s: %w", keyID, err)
+	}
+	return nil
+}
+
+func (s *Store) revokeKey(ctx context.Context, keyID string, at time.Time) error {
+	n, err := nanos("revoked_at", at)
+	if err != nil {
+		return err
+	}
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.tables.Keys, Key: keyIDKey(keyID), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return err
+	}
+	if out.Item == nil {
+		return store.ErrNotFound
+	}
+	d := decoder{it: out.Item}
+	h := d.str("key_hash")
+	if d.err != nil {
+		return d.err
+	}
+	err = write(ctx, func() error {
+		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 &s.tables.Keys,
+			Key:                       keyOf("pk", keyByHashPrefix+h),
+			UpdateExpression:          aws.String("SET revoked_at = if_not_exists(revoked_at, :at)"),
+			ConditionExpression:       aws.String("attribute_exists(pk)"),
+			ExpressionAttributeValues: item{":at": nv(n)},
+		})
+		return err
+	})
+	if failed, _ := conditionFailed(err); failed {
+		return store.ErrNotFound
+	}
+	return err
+}
+
+// Authenticate finds the key with this SHA-256 hash, then its organization: two strongly
+// consistent reads. The gateway caches the answer for KILN_CACHE_TTL, so neither is on the
+// request path while the cache is warm.
+func (s *Store) Authenticate(ctx context.Context, keyHash [32]byte) (store.Principal, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.tables.Keys, Key: hashKey(keyHash), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return store.Principal{}, fmt.Errorf("authenticate: %w", err)
+	}
+	if out.Item == nil {
+		// The hash is a secret's digest: it is never put into an error.
+		return store.Principal{}, fmt.Errorf("authenticate: %w", store.ErrNotFound)
+	}
+	k, err := decodeKey(out.Item)
+	if err != nil {
+		return store.Principal{}, fmt.Errorf("authenticate: %w", err)
+	}
+	if k.RevokedAt != nil {
+		return store.Principal{}, fmt.Errorf("authenticate %s: %w", k.ID, store.ErrKeyRevoked)
+	}
+	o, err := s.org(ctx, k.OrgID)
+	if err != nil {
+		return store.Principal{}, fmt.Errorf("authenticate %s: organization %s: %w", k.ID, k.OrgID, err)
+	}
+	return store.Principal{KeyID: k.ID, OrgID: o.ID, OrgStatus: o.Status, MaxInFlight: o.MaxInFlight}, nil
+}

@@ -1,0 +1,151 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/store"
+)
+
+// ledgerItem is a ledger entry's item: the organization and the entry ID are its key, so that
+// an ID is written once per organization (a debit's ID is its generation id). The amount is
+// exact twice over: picodollars in a number, and the same as a decimal USD string for people
+// reading exports.
+func ledgerItem(e store.LedgerEntry, at int64) item {
+	return item{
+		"org_id":     sv(e.OrgID),
+		"entry_id":   sv(e.ID),
+		"kind":       sv(string(e.Kind)),
+		"amount":     nv(int64(e.Amount)),
+		"amount_usd": sv(e.Amount.String()),
+		"note":       sv(e.Note),
+		"at":         nv(at),
+		"at_utc":     sv(fromNanos(at).Format(time.RFC3339Nano)),
+	}
+}
+
+// AddEntry applies a top-up (a positive amount) or an adjustment (any non-zero amount) in one
+// transaction: the entry is put on the condition that its ID is new for the organization, and
+// the balance is changed on the condition that the organization exists. ErrNotFound for an
+// unknown organization, ErrExists for a taken ID (then nothing changes).
+func (s *Store) AddEntry(ctx context.Context, e store.LedgerEntry) error {
+	if err := s.addEntry(ctx, e); err != nil {
+		return fmt.Errorf("add entry %s to %s: %w", e.ID, e.OrgID, err)
+	}
+	return nil
+}
+
+func (s *Store) addEntry(ctx context.Context, e store.LedgerEntry) error {
+	if err := checkEntry(e); err != nil {
+		return err
+	}
+	at, err := nanos("at", e.At)
+	if err != nil {
+		return err
+	}
+	c, err := s.transact(ctx, func() []types.TransactWriteItem {
+		return []types.TransactWriteItem{
+			{Update: &types.Update{
+				TableName:                 &s.tables.Orgs,
+				Key:                       orgKey(e.OrgID),
+				UpdateExpression:          aws.String("SET balance = balance + :amount"),
+				ConditionExpression:       aws.String("attribute_exists(balance)"),
+				ExpressionAttributeValues: item{":amount": nv(int64(e.Amount))},
+			}},
+			{Put: &types.Put{
+				TableName:           &s.tables.Ledger,
+				Item:                ledgerItem(e, at),
+				ConditionExpression: aws.String("attribute_not_exists(entry_id)"),
+			}},
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if c != nil {
+		if failed, _ := c.failed(0); failed {
+			return store.ErrNotFound
+		}
+		if failed, _ := c.failed(1); failed {
+			return store.ErrExists
+		}
+		return fmt.Errorf("transaction cancelled: %v", c)
+	}
+	return nil
+}
+
+func checkEntry(e store.LedgerEntry) error {
+	if e.ID == "" || e.OrgID == "" {
+		return errEmptyID
+	}
+	switch e.Kind {
+	case store.EntryTopUp:
+		if e.Amount <= 0 {
+			return fmt.Errorf("a top-up of %s: must be positive", e.Amount)
+		}
+	case store.EntryAdjustment:
+		if e.Amount == 0 {
+			return errors.New("an adjustment of zero")
+		}
+	default:
+		return fmt.Errorf("kind %q: only top-ups and adjustments are added directly", e.Kind)
+	}
+	return nil
+}
+
+func decodeEntry(it item) (store.LedgerEntry, error) {
+	d := decoder{it: it}
+	e := store.LedgerEntry{
+		ID:     d.str("entry_id"),
+		OrgID:  d.str("org_id"),
+		Kind:   store.EntryKind(d.str("kind")),
+		Amount: money.Amount(d.num("amount")),
+		Note:   d.str("note"),
+		At:     fromNanos(d.num("at")),
+	}
+	return e, d.err
+}
+
+// Ledger lists an organization's ledger entries by time, then ID: a strongly consistent query of
+// the organization's partition, ordered here.
+func (s *Store) Ledger(ctx context.Context, orgID string) ([]store.LedgerEntry, error) {
+	var entries []store.LedgerEntry
+	p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+		TableName:                 &s.tables.Ledger,
+		KeyConditionExpression:    aws.String("org_id = :org"),
+		ExpressionAttributeValues: item{":org": sv(orgID)},
+		ConsistentRead:            aws.Bool(true),
+	})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("ledger of %s: %w", orgID, err)
+		}
+		for _, it := range page.Items {
+			e, err := decodeEntry(it)
+			if err != nil {
+				return nil, fmt.Errorf("ledger of %s: %w", orgID, err)
+			}
+			entries = append(entries, e)
+		}
+	}
+	if err := s.notFoundIfNoOrg(ctx, orgID, len(entries)); err != nil {
+		return nil, fmt.Errorf("ledger of %s: %w", orgID, err)
+	}
+	slices.SortFunc(entries, func(a, b store.LedgerEntry) int {
+		if c := a.At.Compare(b.At); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ID, b.ID)
+	})
+	return entries, nil
+}

@@ -1,0 +1,278 @@
+package dynamo
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/usage"
+)
+
+// UsageByStartIndex is the usage table's global secondary index: org_id, then started_at.
+const UsageByStartIndex = "by-started"
+
+// Settle ends a request in one TransactWriteItems of up to four items:
+//
+//  1. the org item: balance = balance - cost, on the condition that it exists (for a zero cost a
+//     ConditionCheck only: zero-cost requests write no ledger entry);
+//  2. the usage item, put on the condition that the organization has none for this generation;
+//  3. the debit, a ledger entry keyed by the generation id, put on the same kind of condition;
+//  4. the slots item: REMOVE leases.<holder>.
+//
+// The release touches only this holder's own entry of the lease map, so it needs no condition of
+// its own: a lease that expired and was purged, or never existed, leaves nothing to remove, and
+// the debit and the record still happen in the same round trip. A generation already settled
+// fails condition 2 and the whole transaction changes nothing: AlreadyApplied. The usage item
+// carries a token drawn once per call, so that when a try of this very call committed and its
+// response was lost (the SDK then retries, and a server that ignores ClientRequestToken, such as
+// moto, runs the transaction again), the failed condition's item shows this call's own token and
+// the settlement is reported as applied, not as a replay.
+func (s *Store) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
+	e := st.Event
+	res, err := s.settle(ctx, st)
+	if err != nil {
+		return store.SettleResult{}, fmt.Errorf("settle %s of %s: %w", e.GenerationID, e.OrgID, err)
+	}
+	return res, nil
+}
+
+func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
+	e := st.Event
+	switch {
+	case e.OrgID == "" || e.GenerationID == "":
+		return store.SettleResult{}, errors.New("event without organization or generation id")
+	case st.Lease.OrgID != "" && st.Lease.OrgID != e.OrgID:
+		return store.SettleResult{}, fmt.Errorf("lease of organization %s", st.Lease.OrgID)
+	case e.Cost < 0:
+		return store.SettleResult{}, fmt.Errorf("negative cost %s", e.Cost)
+	}
+	now, err := nanos("now", st.Now)
+	if err != nil {
+		return store.SettleResult{}, err
+	}
+	token := rand.Text()
+	usageItem, err := eventItem(e, now, token)
+	if err != nil {
+		return store.SettleResult{}, err
+	}
+	c, err := s.transact(ctx, func() []types.TransactWriteItem {
+		var items []types.TransactWriteItem
+		if e.Cost > 0 {
+			items = append(items, types.TransactWriteItem{Update: &types.Update{
+				TableName:                 &s.tables.Orgs,
+				Key:                       orgKey(e.OrgID),
+				UpdateExpression:          aws.String("SET balance = balance - :cost"),
+				ConditionExpression:       aws.String("attribute_exists(balance)"),
+				ExpressionAttributeValues: item{":cost": nv(int64(e.Cost))},
+			}})
+		} else {
+			items = append(items, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+				TableName:           &s.tables.Orgs,
+				Key:                 orgKey(e.OrgID),
+				ConditionExpression: aws.String("attribute_exists(balance)"),
+			}})
+		}
+		items = append(items, types.TransactWriteItem{Put: &types.Put{
+			TableName:                           &s.tables.Usage,
+			Item:                                usageItem,
+			ConditionExpression:                 aws.String("attribute_not_exists(generation_id)"),
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}})
+		if e.Cost > 0 {
+			debit := store.LedgerEntry{ID: e.GenerationID, OrgID: e.OrgID, Kind: store.EntryDebit, Amount: -e.Cost, Note: e.Model}
+			items = append(items, types.TransactWriteItem{Put: &types.Put{
+				TableName:           &s.tables.Ledger,
+				Item:                ledgerItem(debit, now),
+				ConditionExpression: aws.String("attribute_not_exists(entry_id)"),
+			}})
+		}
+		if st.Lease.HolderID != "" {
+			items = append(items, types.TransactWriteItem{Update: &types.Update{
+				TableName:                &s.tables.Orgs,
+				Key:                      slotsKey(e.OrgID),
+				UpdateExpression:         aws.String("REMOVE leases.#holder"),
+				ConditionExpression:      aws.String("attribute_exists(leases)"),
+				ExpressionAttributeNames: names("#holder", st.Lease.HolderID),
+			}})
+		}
+		return items
+	})
+	if err != nil {
+		return store.SettleResult{}, err
+	}
+	if c == nil {
+		return store.SettleResult{}, nil
+	}
+	if failed, _ := c.failed(0); failed {
+		return store.SettleResult{}, store.ErrNotFound
+	}
+	if failed, recorded := c.failed(1); failed {
+		if recorded != nil {
+			d := decoder{it: recorded}
+			if d.has("settlement_token") && d.str("settlement_token") == token {
+				return store.SettleResult{}, nil // an earlier try of this call committed
+			}
+		}
+		return store.SettleResult{AlreadyApplied: true}, nil
+	}
+	if failed, _ := c.failed(2); failed && e.Cost > 0 {
+		return store.SettleResult{}, fmt.Errorf("ledger entry %s exists but is no debit of this generation: %w", e.GenerationID, store.ErrExists)
+	}
+	return store.SettleResult{}, fmt.Errorf("transaction cancelled: %v", c)
+}
+
+// eventItem is the usage item of an event: the wire names of the event's fields, the cost in
+// picodollars and as a decimal USD string, times in Unix nanoseconds (and started_at also as
+// RFC 3339 for people reading exports).
+func eventItem(e usage.Event, settled int64, token string) (item, error) {
+	started, err := nanos("started_at", e.StartedAt)
+	if err != nil {
+		return nil, err
+	}
+	return item{
+		"org_id":            sv(e.OrgID),
+		"generation_id":     sv(e.GenerationID),
+		"version":           nv(int64(e.Version)),
+		"key_id":            sv(e.KeyID),
+		"model":             sv(e.Model),
+		"endpoint":          sv(e.Endpoint),
+		"stream":            bv(e.Stream),
+		"status":            sv(string(e.Status)),
+		"http_status":       nv(int64(e.HTTPStatus)),
+		"finish_reason":     sv(e.FinishReason),
+		"prompt_tokens":     nv(e.PromptTokens),
+		"cached_tokens":     nv(e.CachedTokens),
+		"completion_tokens": nv(e.CompletionTokens),
+		"cost":              nv(int64(e.Cost)),
+		"cost_usd":          sv(e.Cost.String()),
+		"estimated":         bv(e.Estimated),
+		"started_at":        nv(started),
+		"started_at_utc":    sv(e.StartedAt.UTC().Format(time.RFC3339Nano)),
+		"day":               sv(e.Day()),
+		"ttft_ms":           nv(e.TTFTMillis),
+		"duration_ms":       nv(e.DurationMillis),
+		"backend":           sv(e.Backend),
+		"settled_at":        nv(settled),
+		"settlement_token":  sv(token),
+	}, nil
+}
+
+func decodeEvent(it item) (usage.Event, error) {
+	d := decoder{it: it}
+	e := usage.Event{
+		Version:          int(d.num("version")),
+		GenerationID:     d.str("generation_id"),
+		OrgID:            d.str("org_id"),
+		KeyID:            d.str("key_id"),
+		Model:            d.str("model"),
+		Endpoint:         d.str("endpoint"),
+		Stream:           d.boolean("stream"),
+		Status:           usage.Status(d.str("status")),
+		HTTPStatus:       int(d.num("http_status")),
+		FinishReason:     d.str("finish_reason"),
+		PromptTokens:     d.num("prompt_tokens"),
+		CachedTokens:     d.num("cached_tokens"),
+		CompletionTokens: d.num("completion_tokens"),
+		Cost:             money.Amount(d.num("cost")),
+		Estimated:        d.boolean("estimated"),
+		StartedAt:        fromNanos(d.num("started_at")),
+		TTFTMillis:       d.num("ttft_ms"),
+		DurationMillis:   d.num("duration_ms"),
+		Backend:          d.str("backend"),
+	}
+	return e, d.err
+}
+
+// Generation returns the recorded event of one generation of this organization: one strongly
+// consistent read keyed by both, so another organization's generation is simply not found.
+func (s *Store) Generation(ctx context.Context, orgID, generationID string) (usage.Event, error) {
+	e, err := s.generation(ctx, orgID, generationID)
+	if err != nil {
+		return usage.Event{}, fmt.Errorf("generation %s of %s: %w", generationID, orgID, err)
+	}
+	return e, nil
+}
+
+func (s *Store) generation(ctx context.Context, orgID, generationID string) (usage.Event, error) {
+	if orgID == "" || generationID == "" {
+		return usage.Event{}, store.ErrNotFound
+	}
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
+		TableName:      &s.tables.Usage,
+		Key:            keyOf("org_id", orgID, "generation_id", generationID),
+		ConsistentRead: aws.Bool(true),
+	})
+	if err != nil {
+		return usage.Event{}, err
+	}
+	if out.Item == nil {
+		return usage.Event{}, store.ErrNotFound
+	}
+	return decodeEvent(out.Item)
+}
+
+// Usage lists an organization's events started in [from, to), by start time then generation id,
+// from the by-started index (eventually consistent on AWS: an event settled a moment ago may be
+// missing for a fraction of a second).
+func (s *Store) Usage(ctx context.Context, orgID string, from, to time.Time) ([]usage.Event, error) {
+	events, err := s.usage(ctx, orgID, from, to)
+	if err != nil {
+		return nil, fmt.Errorf("usage of %s: %w", orgID, err)
+	}
+	return events, nil
+}
+
+func (s *Store) usage(ctx context.Context, orgID string, from, to time.Time) ([]usage.Event, error) {
+	f, err := nanos("from", from)
+	if err != nil {
+		return nil, err
+	}
+	t, err := nanos("to", to)
+	if err != nil {
+		return nil, err
+	}
+	var events []usage.Event
+	if f < t {
+		p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+			TableName:                 &s.tables.Usage,
+			IndexName:                 aws.String(UsageByStartIndex),
+			KeyConditionExpression:    aws.String("org_id = :org AND started_at BETWEEN :from AND :last"),
+			ExpressionAttributeValues: item{":org": sv(orgID), ":from": nv(f), ":last": nv(t - 1)},
+		})
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for _, it := range page.Items {
+				e, err := decodeEvent(it)
+				if err != nil {
+					return nil, err
+				}
+				events = append(events, e)
+			}
+		}
+	}
+	if err := s.notFoundIfNoOrg(ctx, orgID, len(events)); err != nil {
+		return nil, err
+	}
+	// The index orders by start time; events that started in the same nanosecond come in no
+	// particular order, so the generation id breaks ties here.
+	slices.SortStableFunc(events, func(a, b usage.Event) int {
+		if c := a.StartedAt.Compare(b.StartedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.GenerationID, b.GenerationID)
+	})
+	return events, nil
+}
