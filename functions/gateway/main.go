@@ -1,6 +1,10 @@
-// Command gateway is Kiln's public API. Off Lambda it serves HTTP on KILN_ADDR with the
+// Command gateway is Kiln's public API. On AWS Lambda (AWS_LAMBDA_RUNTIME_API set) it serves the
+// function URL and the API Gateway REST API, both with response streaming, on the store the
+// configuration names (DynamoDB by default there). Off Lambda it serves HTTP on KILN_ADDR with the
 // configured store; `make run` starts it with the built-in model simulator and a demo
 // organization (see pkg/local).
+//
+// The release build is linux/arm64 with -tags lambda.norpc and CGO_ENABLED=0 (infra/lambdabuild).
 package main
 
 import (
@@ -11,6 +15,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/neocloud/kiln/pkg/config"
 	"github.com/neocloud/kiln/pkg/local"
 )
@@ -22,6 +27,15 @@ func main() {
 		os.Exit(2)
 	}
 	log := newLogger(cfg.LogLevel)
+	if cfg.OnLambda {
+		h, err := lambdaHandler(context.Background(), cfg, os.Getenv, log)
+		if err != nil {
+			log.Error("gateway did not start", slog.String("error", err.Error()))
+			os.Exit(1)
+		}
+		lambda.StartHandlerFunc(h.Invoke) // returns only by exiting the process
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := local.Run(ctx, cfg, os.Getenv, log, os.Stdout); err != nil {

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/neocloud/kiln/pkg/config"
+	"github.com/neocloud/kiln/pkg/gateway"
+	"github.com/neocloud/kiln/pkg/lambdaserve"
+	"github.com/neocloud/kiln/pkg/local"
+	"github.com/neocloud/kiln/pkg/upstream"
+)
+
+// lambdaHandler wires the gateway for Lambda. It runs in the init phase, so it does only what
+// the first request needs and cannot do later: no store round trip, no demo seeding, no
+// simulator. The store stays open for the life of the execution environment.
+func lambdaHandler(ctx context.Context, cfg config.Config, getenv func(string) string, log *slog.Logger) (*lambdaserve.Handler, error) {
+	if cfg.Simulator != "" {
+		log.Warn("KILN_SIMULATOR_ADDR is ignored on Lambda: point the catalog at real backends")
+	}
+	cat, err := local.LoadCatalog(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	st, err := config.OpenStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	gw, err := gateway.New(gateway.Options{
+		Store:   st,
+		Catalog: cat,
+		Upstream: upstream.New(cat, upstream.Options{
+			ConnectTimeout: cfg.ConnectTimeout,
+			HeaderTimeout:  cfg.HeaderTimeout,
+			Getenv:         getenv,
+		}),
+		Logger:        log,
+		MaxBody:       cfg.MaxBody,
+		Keepalive:     cfg.Keepalive,
+		LeaseTTL:      cfg.LeaseTTL,
+		CacheTTL:      cfg.CacheTTL,
+		SettleReserve: cfg.SettleReserve,
+	})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	return lambdaserve.New(gw, log), nil
+}

@@ -1,0 +1,203 @@
+// Package ingest takes usage events off the SQS queue that the EventBridge rule fills: each
+// message is an EventBridge envelope (source kiln.gateway, detail-type usage.recorded) whose
+// detail is a usage.Event. Messages that decode and validate go to a Recorder; the ids of the
+// others, and of those the Recorder refused, go back as batch item failures, so that SQS
+// redelivers only them and, after the queue's maxReceiveCount, moves them to the dead-letter
+// queue (the event source mapping must have ReportBatchItemFailures on).
+package ingest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"regexp"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/neocloud/kiln/pkg/usage"
+)
+
+// The envelope fields the gateway's PutEvents sets (contract section 8).
+const (
+	Source     = "kiln.gateway"
+	DetailType = "usage.recorded"
+)
+
+// Recorder takes each valid usage event. It is the seam of the usage pipeline's aggregation
+// (issue 5): the fold into per organization × day × model rollups, idempotent by generation id,
+// implements it. An error makes the message a batch item failure, to be delivered again.
+type Recorder interface {
+	Record(ctx context.Context, e usage.Event) error
+}
+
+// LogRecorder is the Recorder until the aggregation fold exists: it logs each event and accepts
+// it, so the queue drains and nothing is aggregated. The ledger and the per-request usage records
+// are written by the gateway's settlement, not here, so no money is lost meanwhile; the daily
+// rollups are what is missing.
+type LogRecorder struct {
+	Log *slog.Logger
+}
+
+// Record logs e and accepts it.
+func (l LogRecorder) Record(ctx context.Context, e usage.Event) error {
+	l.Log.LogAttrs(ctx, slog.LevelInfo, "usage event accepted, not aggregated (no aggregation in this build)",
+		slog.String("generation_id", e.GenerationID),
+		slog.String("org_id", e.OrgID),
+		slog.String("model", e.Model),
+		slog.String("day", e.Day()),
+		slog.String("cost", e.Cost.String()),
+	)
+	return nil
+}
+
+// Handler processes SQS batches of usage events.
+type Handler struct {
+	rec Recorder
+	log *slog.Logger
+}
+
+// New returns a Handler that hands valid events to rec. A nil log discards.
+func New(rec Recorder, log *slog.Logger) *Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Handler{rec: rec, log: log}
+}
+
+// Handle processes one batch and reports only the messages that failed. It never fails the
+// batch as a whole: a whole-batch error would redeliver the messages that succeeded too.
+func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQSEventResponse, error) {
+	resp := events.SQSEventResponse{BatchItemFailures: []events.SQSBatchItemFailure{}}
+	for _, m := range batch.Records {
+		if err := h.one(ctx, m); err != nil {
+			h.log.LogAttrs(ctx, slog.LevelWarn, "usage message failed",
+				slog.String("message_id", m.MessageId),
+				slog.String("receive_count", m.Attributes["ApproximateReceiveCount"]),
+				slog.String("error", err.Error()))
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: m.MessageId})
+		}
+	}
+	return resp, nil
+}
+
+func (h *Handler) one(ctx context.Context, m events.SQSMessage) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("not processed before the invocation ended: %w", err)
+	}
+	e, err := Decode([]byte(m.Body))
+	if err != nil {
+		return err
+	}
+	if err := h.rec.Record(ctx, e); err != nil {
+		return fmt.Errorf("record %s: %w", e.GenerationID, err)
+	}
+	return nil
+}
+
+// Decode reads one message body: the EventBridge envelope and the usage event in its detail,
+// validated. Every field of the event is required and no other is allowed (the schema is
+// events/usage-event.schema.json).
+func Decode(body []byte) (usage.Event, error) {
+	var env events.EventBridgeEvent
+	if err := json.Unmarshal(body, &env); err != nil {
+		return usage.Event{}, fmt.Errorf("not an EventBridge envelope: %w", err)
+	}
+	if env.Source != Source || env.DetailType != DetailType {
+		return usage.Event{}, fmt.Errorf("envelope source %q, detail-type %q: want %q, %q", env.Source, env.DetailType, Source, DetailType)
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(env.Detail, &fields); err != nil || fields == nil {
+		return usage.Event{}, errors.New("detail is not a JSON object")
+	}
+	var missing []string
+	for _, name := range eventFields {
+		if _, ok := fields[name]; !ok {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return usage.Event{}, fmt.Errorf("usage event without %s", strings.Join(missing, ", "))
+	}
+	if c := fields["cost"]; len(c) == 0 || c[0] != '"' {
+		return usage.Event{}, errors.New("cost: want a decimal string")
+	}
+	dec := json.NewDecoder(bytes.NewReader(env.Detail))
+	dec.DisallowUnknownFields()
+	var e usage.Event
+	if err := dec.Decode(&e); err != nil {
+		return usage.Event{}, fmt.Errorf("usage event: %w", err)
+	}
+	if err := Validate(e); err != nil {
+		return usage.Event{}, err
+	}
+	return e, nil
+}
+
+var generationID = regexp.MustCompile(`^gen-[0-9A-Za-z]{1,64}$`)
+
+// Validate checks what a usage event's fields may hold, reporting every problem together.
+func Validate(e usage.Event) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if e.Version != usage.SchemaVersion {
+		bad("version %d: want %d", e.Version, usage.SchemaVersion)
+	}
+	if !generationID.MatchString(e.GenerationID) {
+		bad("generation_id %q: want gen- and up to 64 letters or digits", e.GenerationID)
+	}
+	if e.OrgID == "" {
+		bad("org_id is empty")
+	}
+	if e.KeyID == "" {
+		bad("key_id is empty")
+	}
+	switch e.Endpoint {
+	case "/v1/chat/completions", "/v1/completions":
+	default:
+		bad("endpoint %q: want /v1/chat/completions or /v1/completions", e.Endpoint)
+	}
+	switch e.Status {
+	case usage.StatusCompleted, usage.StatusClientDisconnected, usage.StatusUpstreamError, usage.StatusRejected:
+	default:
+		bad("status %q: want completed, client_disconnected, upstream_error or rejected", e.Status)
+	}
+	if e.HTTPStatus < 100 || e.HTTPStatus > 599 {
+		bad("http_status %d: want 100–599", e.HTTPStatus)
+	}
+	if e.PromptTokens < 0 || e.CachedTokens < 0 || e.CompletionTokens < 0 {
+		bad("negative token count")
+	}
+	if e.CachedTokens > e.PromptTokens {
+		bad("cached_tokens %d above prompt_tokens %d", e.CachedTokens, e.PromptTokens)
+	}
+	if e.Cost < 0 {
+		bad("cost %s is negative", e.Cost)
+	}
+	if e.StartedAt.IsZero() {
+		bad("started_at is zero")
+	}
+	if e.TTFTMillis < 0 || e.DurationMillis < 0 {
+		bad("negative ttft_ms or duration_ms")
+	}
+	return errors.Join(errs...)
+}
+
+// eventFields are the JSON names of usage.Event, all required.
+var eventFields = func() []string {
+	t := reflect.TypeFor[usage.Event]()
+	names := make([]string, 0, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			names = append(names, name)
+		}
+	}
+	return names
+}()
+
+// EventFields returns the JSON names of a usage event's fields, in declaration order.
+func EventFields() []string { return append([]string(nil), eventFields...) }

@@ -1,0 +1,120 @@
+package ingest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/usage"
+)
+
+func validEvent() usage.Event {
+	return usage.Event{
+		Version: usage.SchemaVersion, GenerationID: "gen-01JDZ8K3W6Q2V7N4R5T8Y9B0CD", OrgID: "org_a", KeyID: "kiln-AbC123xY",
+		Model: "gpt-oss-120b", Endpoint: "/v1/chat/completions", Stream: true, Status: usage.StatusCompleted,
+		HTTPStatus: 200, FinishReason: "stop", PromptTokens: 9, CompletionTokens: 12, Cost: 1155 * money.Picodollar * 1000,
+		StartedAt: time.Date(2026, 11, 29, 17, 20, 0, 0, time.UTC), TTFTMillis: 80, DurationMillis: 400, Backend: "b",
+	}
+}
+
+func envelope(t *testing.T, detail any, source, detailType string) string {
+	t.Helper()
+	d, err := json.Marshal(detail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(map[string]any{"version": "0", "id": "x", "source": source, "detail-type": detailType, "detail": json.RawMessage(d)})
+	return string(b)
+}
+
+func TestDecode(t *testing.T) {
+	asMap := func(mod func(map[string]any)) map[string]any {
+		b, _ := json.Marshal(validEvent())
+		var m map[string]any
+		_ = json.Unmarshal(b, &m)
+		mod(m)
+		return m
+	}
+	for _, tc := range []struct {
+		name   string
+		body   string
+		errHas string // "" for valid
+	}{
+		{"valid", envelope(t, validEvent(), Source, DetailType), ""},
+		{"not JSON", "{", "not an EventBridge envelope"},
+		{"wrong source", envelope(t, validEvent(), "other", DetailType), "source"},
+		{"wrong detail-type", envelope(t, validEvent(), Source, "other"), "detail-type"},
+		{"detail not an object", envelope(t, []int{1}, Source, DetailType), "not a JSON object"},
+		{"missing field", envelope(t, asMap(func(m map[string]any) { delete(m, "org_id"); delete(m, "cost") }), Source, DetailType), "without org_id, cost"},
+		{"unknown field", envelope(t, asMap(func(m map[string]any) { m["extra"] = 1 }), Source, DetailType), "unknown field"},
+		{"cost as a number", envelope(t, asMap(func(m map[string]any) { m["cost"] = 0.5 }), Source, DetailType), "decimal string"},
+		{"bad cost", envelope(t, asMap(func(m map[string]any) { m["cost"] = "1e-6" }), Source, DetailType), "usage event"},
+		{"negative cost", envelope(t, asMap(func(m map[string]any) { m["cost"] = "-1" }), Source, DetailType), "negative"},
+		{"bad version", envelope(t, asMap(func(m map[string]any) { m["version"] = 2 }), Source, DetailType), "version"},
+		{"bad id", envelope(t, asMap(func(m map[string]any) { m["generation_id"] = "x" }), Source, DetailType), "generation_id"},
+		{"bad status", envelope(t, asMap(func(m map[string]any) { m["status"] = "done" }), Source, DetailType), "status"},
+		{"cached above prompt", envelope(t, asMap(func(m map[string]any) { m["cached_tokens"] = 10 }), Source, DetailType), "cached_tokens"},
+		{"zero time", envelope(t, asMap(func(m map[string]any) { m["started_at"] = "0001-01-01T00:00:00Z" }), Source, DetailType), "started_at"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, err := Decode([]byte(tc.body))
+			switch {
+			case tc.errHas == "" && err != nil:
+				t.Fatalf("unexpected error %v", err)
+			case tc.errHas == "" && e != validEvent():
+				t.Errorf("decoded %+v", e)
+			case tc.errHas != "" && (err == nil || !strings.Contains(err.Error(), tc.errHas)):
+				t.Errorf("error %v, want one mentioning %q", err, tc.errHas)
+			}
+		})
+	}
+}
+
+type recorder struct{ failOn string }
+
+func (r recorder) Record(_ context.Context, e usage.Event) error {
+	if e.GenerationID == r.failOn {
+		return errors.New("store unavailable")
+	}
+	return nil
+}
+
+func TestHandleReportsOnlyFailures(t *testing.T) {
+	ok := validEvent()
+	failing := validEvent()
+	failing.GenerationID = "gen-RECORDFAILS"
+	batch := events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "m1", Body: envelope(t, ok, Source, DetailType)},
+		{MessageId: "m2", Body: "nope"},
+		{MessageId: "m3", Body: envelope(t, failing, Source, DetailType)},
+	}}
+	resp, err := New(recorder{failOn: failing.GenerationID}, nil).Handle(context.Background(), batch)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, f := range resp.BatchItemFailures {
+		ids = append(ids, f.ItemIdentifier)
+	}
+	if !slices.Equal(ids, []string{"m2", "m3"}) {
+		t.Errorf("failures %v, want [m2 m3]", ids)
+	}
+
+	resp, _ = New(recorder{}, nil).Handle(context.Background(), events.SQSEvent{Records: batch.Records[:1]})
+	if b, _ := json.Marshal(resp); string(b) != `{"batchItemFailures":[]}` {
+		t.Errorf("all good: %s, want an empty list (never null)", b)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	resp, _ = New(recorder{}, nil).Handle(ctx, events.SQSEvent{Records: batch.Records[:1]})
+	if len(resp.BatchItemFailures) != 1 {
+		t.Errorf("after the invocation ended: %v, want the message back", resp.BatchItemFailures)
+	}
+}

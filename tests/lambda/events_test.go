@@ -1,0 +1,68 @@
+package lambda
+
+import (
+	"encoding/json"
+	"slices"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/neocloud/kiln/pkg/ingest"
+)
+
+// TestUsageEventSchema keeps events/usage-event.schema.json and pkg/usage.Event in step: the
+// same fields, all required, nothing else allowed.
+func TestUsageEventSchema(t *testing.T) {
+	var schema struct {
+		Type                 string                     `json:"type"`
+		AdditionalProperties *bool                      `json:"additionalProperties"`
+		Required             []string                   `json:"required"`
+		Properties           map[string]json.RawMessage `json:"properties"`
+	}
+	readJSON(t, "usage-event.schema.json", &schema)
+	fields := ingest.EventFields()
+	if schema.Type != "object" || schema.AdditionalProperties == nil || *schema.AdditionalProperties {
+		t.Errorf("schema: want an object with additionalProperties false")
+	}
+	if !slices.Equal(schema.Required, fields) {
+		t.Errorf("schema required %v\nusage.Event fields %v", schema.Required, fields)
+	}
+	var props []string
+	for k := range schema.Properties {
+		props = append(props, k)
+	}
+	slices.Sort(props)
+	sorted := slices.Sorted(slices.Values(fields))
+	if !slices.Equal(props, sorted) {
+		t.Errorf("schema properties %v\nusage.Event fields %v", props, sorted)
+	}
+}
+
+// TestSamplePayloads decodes the sample invocation payloads with aws-lambda-go's types and
+// checks that they say what docs/deploy.md says they do. (The gateway tests send them too, with
+// their own path, headers and body.)
+func TestSamplePayloads(t *testing.T) {
+	var url events.LambdaFunctionURLRequest
+	readJSON(t, "function-url-request.json", &url)
+	if url.Version != "2.0" || url.RequestContext.HTTP.Method != "POST" || url.RawPath != "/v1/chat/completions" || url.Body == "" {
+		t.Errorf("function URL sample: version %q, %s %s", url.Version, url.RequestContext.HTTP.Method, url.RawPath)
+	}
+	var rest events.APIGatewayProxyRequest
+	readJSON(t, "rest-api-request.json", &rest)
+	if rest.HTTPMethod != "POST" || rest.Path != "/v1/chat/completions" || rest.Resource != "/{proxy+}" || rest.Body == "" {
+		t.Errorf("REST API sample: %s %s (resource %s)", rest.HTTPMethod, rest.Path, rest.Resource)
+	}
+
+	var batch events.SQSEvent
+	readJSON(t, "sqs-usage-batch.json", &batch)
+	var ok, bad []string
+	for _, m := range batch.Records {
+		if _, err := ingest.Decode([]byte(m.Body)); err != nil {
+			bad = append(bad, m.MessageId)
+		} else {
+			ok = append(ok, m.MessageId)
+		}
+	}
+	if len(ok) != 2 || len(bad) != 2 {
+		t.Errorf("sample batch: %d valid %v, %d failing %v; want 2 and 2", len(ok), ok, len(bad), bad)
+	}
+}
