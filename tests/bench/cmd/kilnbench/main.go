@@ -1,0 +1,97 @@
+// Command kilnbench measures the gateway against the model simulator called directly, in the same
+// run, and writes the markdown table of BENCHMARKS.md (`make bench`). With -profile DIR it instead
+// saves CPU profiles of the gateway under load.
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/neocloud/kiln/tests/bench"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "kilnbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg := bench.Config{Log: os.Stderr}
+	var conns, out, command, profile string
+	flag.StringVar(&cfg.GatewayBin, "gateway", "", "a built gateway binary; empty builds ./functions/gateway")
+	flag.IntVar(&cfg.Rounds, "rounds", 5, "rounds of every comparison")
+	flag.DurationVar(&cfg.Duration, "duration", 2*time.Second, "measured window of one closed-loop phase")
+	flag.DurationVar(&cfg.Warmup, "warmup", 300*time.Millisecond, "warm-up before each closed-loop window")
+	flag.StringVar(&conns, "conns", "1,8,64", "closed-loop connection counts")
+	flag.Float64Var(&cfg.OpenRate, "rate", 1000, "open-loop requests per second; 0 skips the open loop")
+	flag.DurationVar(&cfg.OpenFor, "open-for", 2*time.Second, "one open-loop phase")
+	flag.IntVar(&cfg.Streams, "streams", 1000, "concurrent slow streams for the memory figure")
+	flag.IntVar(&cfg.ColdStarts, "cold-starts", 5, "cold-start rounds")
+	flag.IntVar(&cfg.GoBenchRuns, "go-bench-count", 3, "-count of the Go micro-benchmarks; 0 skips them")
+	flag.StringVar(&out, "out", "", "also write the report to this file (BENCHMARKS.md)")
+	flag.StringVar(&command, "command", "", "the command to print as having produced the report; default: this one")
+	flag.StringVar(&profile, "profile", "", "instead of the suite, save CPU profiles of the gateway under load in this directory")
+	seconds := flag.Int("profile-seconds", 10, "length of each CPU profile")
+	flag.Parse()
+
+	for _, s := range strings.Split(conns, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-conns: bad count %q", s)
+		}
+		cfg.Conns = append(cfg.Conns, n)
+	}
+	repo, err := findRepo()
+	if err != nil {
+		return err
+	}
+	cfg.Repo = repo
+	if profile != "" {
+		return bench.Profile(cfg, profile, *seconds)
+	}
+	if command == "" {
+		command = "go run ./tests/bench/cmd/kilnbench " + strings.Join(os.Args[1:], " ")
+	}
+	started := time.Now()
+	res, err := bench.Run(cfg)
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	res.Report(&buf, bench.ThisMachine(), command)
+	fmt.Fprintf(&buf, "The whole run took %v.\n", time.Since(started).Round(time.Second))
+	if _, err := io.Copy(os.Stdout, bytes.NewReader(buf.Bytes())); err != nil {
+		return err
+	}
+	if out != "" {
+		return os.WriteFile(out, buf.Bytes(), 0o644)
+	}
+	return nil
+}
+
+// findRepo walks up from the working directory to the directory holding go.mod.
+func findRepo() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}

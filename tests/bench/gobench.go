@@ -1,0 +1,84 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+)
+
+// goBench is one Go benchmark's figures, each unit's values over -count runs.
+type goBench struct {
+	pkg, name string
+	values    map[string]spread // unit ("ns/op", "allocs/op", ...) → one value per run
+	units     []string          // in the order go test prints them
+}
+
+// goBenchPackages are the hot paths' micro-benchmarks.
+var goBenchPackages = []string{"./pkg/openai/", "./pkg/gateway/", "./pkg/store/sqlite/"}
+
+// runGoBench runs the packages' benchmarks with -benchmem and parses go test's output.
+func runGoBench(repo string, count int, log *os.File) ([]*goBench, string, error) {
+	args := append([]string{"test", "-run", "^$", "-bench", ".", "-benchmem", "-count", strconv.Itoa(count)}, goBenchPackages...)
+	cmd := exec.Command("go", args...)
+	cmd.Dir = repo
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	fmt.Fprintf(log, "running go %s\n", strings.Join(args, " "))
+	err := cmd.Run()
+	command := "go " + strings.Join(args, " ")
+	if err != nil {
+		return nil, command, fmt.Errorf("%s: %v\n%s", command, err, out.String())
+	}
+	var list []*goBench
+	byName := map[string]*goBench{}
+	pkg := ""
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		line := sc.Text()
+		if rest, ok := strings.CutPrefix(line, "pkg: "); ok {
+			pkg = strings.TrimPrefix(rest, "github.com/neocloud/kiln/")
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		name := f[0]
+		if i := strings.LastIndexByte(name, '-'); i > 0 {
+			name = name[:i] // drop -GOMAXPROCS
+		}
+		b := byName[pkg+name]
+		if b == nil {
+			b = &goBench{pkg: pkg, name: name, values: map[string]spread{}}
+			byName[pkg+name] = b
+			list = append(list, b)
+		}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				continue
+			}
+			unit := f[i+1]
+			if _, seen := b.values[unit]; !seen {
+				b.units = append(b.units, unit)
+			}
+			b.values[unit] = append(b.values[unit], v)
+		}
+	}
+	return list, command, nil
+}
+
+func findGoBench(list []*goBench, name string) *goBench {
+	for _, b := range list {
+		if b.name == name {
+			return b
+		}
+	}
+	return nil
+}

@@ -1,0 +1,343 @@
+// Package bench measures what the Kiln gateway adds to a model server: the same load is sent to
+// the model simulator directly and through the gateway in the same run, round after round, and
+// every figure is reported against that baseline. cmd/kilnbench runs it (`make bench`).
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// target is one way to reach the model: the simulator directly or the gateway in front of it.
+type target struct {
+	name  string // "direct" or "gateway"
+	url   string // the chat completions URL
+	key   string // bearer key; "" for the simulator
+	model string // the model name this target expects
+	// streamOptions is the stream_options object sent when streaming. The simulator is sent
+	// what the gateway forwards to it (usage on every chunk), so it does the same work either way.
+	streamOptions string
+}
+
+// bodies of the three kinds of request.
+func (t target) body(kind requestKind) []byte {
+	msgs := `"messages":[{"role":"system","content":"Answer briefly."},{"role":"user","content":"Hello there, how are you today?` + kind.directive() + `"}]`
+	b := `{"model":"` + t.model + `",` + msgs + fmt.Sprintf(`,"max_tokens":%d`, kind.tokens())
+	if kind != nonStreaming {
+		b += `,"stream":true,"stream_options":` + t.streamOptions
+	}
+	return []byte(b + "}")
+}
+
+type requestKind int
+
+const (
+	nonStreaming requestKind = iota // 16 tokens in one JSON answer
+	shortStream                     // 16 tokens, streamed
+	longStream                      // 1,000 tokens, streamed
+	slowStream                      // 1,000 tokens, one per second: an open, idle stream
+)
+
+func (k requestKind) tokens() int {
+	if k == longStream || k == slowStream {
+		return 1000
+	}
+	return 16
+}
+
+func (k requestKind) directive() string {
+	if k == slowStream {
+		return " [[sim:delay_ms=1000]]"
+	}
+	return ""
+}
+
+// newClient is an HTTP/1.1 keep-alive client with room for conns connections.
+func newClient(conns int) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		MaxIdleConns:        conns + 16,
+		MaxIdleConnsPerHost: conns + 16,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}}
+}
+
+// result is one request's timings: ttfb is when the first `data:` event (or, not streaming, the
+// first body byte) arrived, total when the body ended.
+type result struct {
+	ttfb, total time.Duration
+	chunks      int
+}
+
+var errIncomplete = errors.New("stream ended without [DONE]")
+
+// call sends one request and reads the whole answer.
+func call(ctx context.Context, c *http.Client, t target, body []byte, stream bool) (result, error) {
+	start := time.Now()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body))
+	if err != nil {
+		return result{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if t.key != "" {
+		req.Header.Set("Authorization", "Bearer "+t.key)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return result{}, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return result{}, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	var r result
+	if !stream {
+		var one [1]byte
+		if _, err := io.ReadFull(resp.Body, one[:]); err != nil {
+			return result{}, err
+		}
+		r.ttfb = time.Since(start)
+		if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+			return result{}, err
+		}
+		r.total = time.Since(start)
+		return r, nil
+	}
+	br := bufio.NewReaderSize(resp.Body, 16<<10)
+	done := false
+	for {
+		line, err := br.ReadSlice('\n')
+		if len(line) > 0 && bytes.HasPrefix(line, []byte("data: ")) {
+			if r.chunks == 0 {
+				r.ttfb = time.Since(start)
+			}
+			r.chunks++
+			done = bytes.HasPrefix(line, []byte("data: [DONE]"))
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil && !errors.Is(err, bufio.ErrBufferFull) {
+			return result{}, err
+		}
+	}
+	r.total = time.Since(start)
+	if !done {
+		return result{}, errIncomplete
+	}
+	return r, nil
+}
+
+// phase is what one load phase against one target measured.
+type phase struct {
+	ttfb, total latencies
+	chunks      int64
+	errs        int64
+	firstErr    error
+	elapsed     time.Duration            // the measured window
+	cpu         map[string]time.Duration // CPU used by each watched process in the window
+}
+
+func (p phase) rate() float64 { return float64(len(p.total)) / p.elapsed.Seconds() }
+
+// watch names the processes whose CPU a phase accounts.
+type watch map[string]int
+
+func (w watch) cpu() map[string]time.Duration {
+	m := make(map[string]time.Duration, len(w))
+	for name, pid := range w {
+		d, err := cpuTime(pid)
+		if err == nil {
+			m[name] = d
+		}
+	}
+	return m
+}
+
+func sub(a, b map[string]time.Duration) map[string]time.Duration {
+	m := make(map[string]time.Duration, len(a))
+	for k, v := range a {
+		m[k] = v - b[k]
+	}
+	return m
+}
+
+// closedLoop runs conns workers, each sending its next request when the last one ended, for
+// warmup and then dur; only requests started inside the measured window are recorded.
+func closedLoop(t target, kind requestKind, conns int, warmup, dur time.Duration, w watch) phase {
+	c := newClient(conns)
+	defer c.CloseIdleConnections()
+	body := t.body(kind)
+	stream := kind != nonStreaming
+	const (
+		warming = iota
+		measuring
+		stopping
+	)
+	var state atomic.Int32
+	var mu sync.Mutex
+	var p phase
+	var wg sync.WaitGroup
+	for range conns {
+		wg.Go(func() {
+			var ttfb, total latencies
+			var chunks, errs int64
+			var firstErr error
+			for {
+				s := state.Load()
+				if s == stopping {
+					break
+				}
+				r, err := call(context.Background(), c, t, body, stream)
+				if s != measuring {
+					continue
+				}
+				if err != nil {
+					errs++
+					if firstErr == nil {
+						firstErr = err
+					}
+					continue
+				}
+				ttfb, total = append(ttfb, r.ttfb), append(total, r.total)
+				chunks += int64(r.chunks)
+			}
+			mu.Lock()
+			p.ttfb, p.total = append(p.ttfb, ttfb...), append(p.total, total...)
+			p.chunks += chunks
+			p.errs += errs
+			if p.firstErr == nil {
+				p.firstErr = firstErr
+			}
+			mu.Unlock()
+		})
+	}
+	time.Sleep(warmup)
+	cpu0 := w.cpu()
+	t0 := time.Now()
+	state.Store(measuring)
+	time.Sleep(dur)
+	state.Store(stopping)
+	p.elapsed = time.Since(t0)
+	p.cpu = sub(w.cpu(), cpu0)
+	wg.Wait()
+	p.ttfb, p.total = p.ttfb.sorted(), p.total.sorted()
+	return p
+}
+
+// openLoop sends requests at a fixed rate whatever the answers' pace, and times each from the
+// moment it was due, so that a stall shows in the latencies instead of slowing the load.
+// Requests that would exceed maxOutstanding are counted as errors and not sent.
+func openLoop(t target, rate float64, dur time.Duration, w watch) phase {
+	const maxOutstanding = 2048
+	c := newClient(512)
+	defer c.CloseIdleConnections()
+	body := t.body(nonStreaming)
+	interval := time.Duration(float64(time.Second) / rate)
+	var mu sync.Mutex
+	var p phase
+	var outstanding atomic.Int64
+	var wg sync.WaitGroup
+	record := func(due time.Time, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			p.errs++
+			if p.firstErr == nil {
+				p.firstErr = err
+			}
+			return
+		}
+		p.total = append(p.total, time.Since(due))
+	}
+	cpu0 := w.cpu()
+	start := time.Now()
+	for i := 0; ; i++ {
+		due := start.Add(time.Duration(i) * interval)
+		if due.Sub(start) >= dur {
+			break
+		}
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+		if outstanding.Load() >= maxOutstanding {
+			record(due, errors.New("over 2048 requests outstanding"))
+			continue
+		}
+		outstanding.Add(1)
+		wg.Go(func() {
+			defer outstanding.Add(-1)
+			_, err := call(context.Background(), c, t, body, false)
+			record(due, err)
+		})
+	}
+	wg.Wait()
+	p.elapsed = time.Since(start)
+	p.cpu = sub(w.cpu(), cpu0)
+	p.total = p.total.sorted()
+	return p
+}
+
+// openStreams opens n slow streams and returns once each has delivered its first event (or
+// after timeout); close cancels them all and waits for their goroutines.
+func openStreams(t target, n int, timeout time.Duration) (opened int, closeAll func(), err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := newClient(n)
+	body := t.body(slowStream)
+	var wg sync.WaitGroup
+	var ok, failed atomic.Int64
+	var firstErr atomic.Value
+	for range n {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			if t.key != "" {
+				req.Header.Set("Authorization", "Bearer "+t.key)
+			}
+			resp, err := c.Do(req)
+			if err == nil && resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+			if err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			defer resp.Body.Close()
+			br := bufio.NewReader(resp.Body)
+			for {
+				line, err := br.ReadSlice('\n')
+				if bytes.HasPrefix(line, []byte("data: ")) {
+					ok.Add(1)
+					break
+				}
+				if err != nil {
+					failed.Add(1)
+					return
+				}
+			}
+			_, _ = io.Copy(io.Discard, br) // hold the stream open until cancelled
+		})
+	}
+	deadline := time.Now().Add(timeout)
+	for ok.Load()+failed.Load() < int64(n) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if e, _ := firstErr.Load().(error); e != nil {
+		err = e
+	}
+	return int(ok.Load()), func() {
+		cancel()
+		wg.Wait()
+		c.CloseIdleConnections()
+	}, err
+}

@@ -1,0 +1,103 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+)
+
+// Profile runs the gateway built with a pprof listener (cmd/gatewayprof) under the two loads that
+// matter, non-streaming at 8 connections and 1,000-token streams, and saves a CPU profile of
+// each in dir, then a heap profile and a goroutine dump with cfg.Streams slow streams open;
+// `go tool pprof -top` of each profile goes to cfg.Log.
+func Profile(cfg Config, dir string, seconds int) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	pprofAddr := ln.Addr().String()
+	ln.Close()
+	st, err := setUp(cfg, "./tests/bench/cmd/gatewayprof", []string{"KILN_BENCH_PPROF_ADDR=" + pprofAddr})
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(st.dir)
+	defer st.sim.stop()
+	defer st.gw.stop()
+	w := watch{"gateway": st.gw.pid(), "simulator": st.sim.pid()}
+	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, w) // warm up
+
+	d := time.Duration(seconds) * time.Second
+	for _, run := range []struct {
+		name  string
+		kind  requestKind
+		conns int
+	}{
+		{"nonstreaming-8conns", nonStreaming, 8},
+		{"stream1000-1conn", longStream, 1},
+	} {
+		path := filepath.Join(dir, run.name+".pprof")
+		got := make(chan error, 1)
+		go func() {
+			got <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, seconds), path)
+		}()
+		ph := closedLoop(st.gateway, run.kind, run.conns, 200*time.Millisecond, d+time.Second, w)
+		if err := <-got; err != nil {
+			return err
+		}
+		fmt.Fprintf(cfg.Log, "== %s: %d requests, p50 %v, p99 %v, %.0f/s; gateway CPU %v; profile %s\n",
+			run.name, len(ph.total), ph.total.q(.5), ph.total.q(.99), ph.rate(), ph.cpu["gateway"], path)
+		top := exec.Command("go", "tool", "pprof", "-top", "-nodecount=45", path)
+		top.Dir = cfg.Repo
+		top.Stdout, top.Stderr = cfg.Log, cfg.Log
+		_ = top.Run()
+		cum := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=45", path)
+		cum.Dir = cfg.Repo
+		cum.Stdout, cum.Stderr = cfg.Log, cfg.Log
+		_ = cum.Run()
+	}
+	// The memory of open streams: a heap profile while cfg.Streams slow streams are open.
+	opened, closeAll, err := openStreams(st.gateway, cfg.Streams, 30*time.Second)
+	if err == nil {
+		time.Sleep(500 * time.Millisecond)
+		path := filepath.Join(dir, "heap-open-streams.pprof")
+		err = fetch(fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", pprofAddr), path)
+		rssOpen, _ := rss(st.gw.pid())
+		fmt.Fprintf(cfg.Log, "== %d open streams: gateway RSS %.1f MiB; heap profile %s\n", opened, float64(rssOpen)/(1<<20), path)
+		if err == nil {
+			top := exec.Command("go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=25", path)
+			top.Dir = cfg.Repo
+			top.Stdout, top.Stderr = cfg.Log, cfg.Log
+			_ = top.Run()
+		}
+		_ = fetch(fmt.Sprintf("http://%s/debug/pprof/goroutine?debug=1", pprofAddr), filepath.Join(dir, "goroutines-open-streams.txt"))
+	}
+	closeAll()
+	return err
+}
+
+func fetch(url, path string) error {
+	resp, err := http.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(f, resp.Body)
+	return err
+}

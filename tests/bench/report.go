@@ -1,0 +1,373 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Machine describes where a run happened.
+type Machine struct {
+	NProc           int
+	CPU, Go, Kernel string
+	LoadAvg         string // /proc/loadavg when the report is written: other work on a shared machine
+}
+
+// ThisMachine reads the machine's description.
+func ThisMachine() Machine {
+	m := Machine{NProc: runtime.NumCPU(), CPU: "unknown", Go: runtime.Version()}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if out, err := exec.Command("go", "version").Output(); err == nil {
+		m.Go = strings.TrimSpace(string(out))
+	}
+	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
+		m.Kernel = strings.TrimSpace(string(b))
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if f := strings.Fields(string(b)); len(f) >= 3 {
+			m.LoadAvg = strings.Join(f[:3], " ")
+		}
+	}
+	return m
+}
+
+// per-round figures of a list of pairs.
+func perRound(ps []pair, f func(p pair) float64) spread {
+	s := make(spread, 0, len(ps))
+	for _, p := range ps {
+		s = append(s, f(p))
+	}
+	return s
+}
+
+func quant(ps []pair, gateway bool, q float64, ttfb bool) spread {
+	return perRound(ps, func(p pair) float64 {
+		ph := p.direct
+		if gateway {
+			ph = p.gateway
+		}
+		if ttfb {
+			return us(ph.ttfb.q(q))
+		}
+		return us(ph.total.q(q))
+	})
+}
+
+func added(ps []pair, q float64, ttfb bool) spread {
+	return perRound(ps, func(p pair) float64 {
+		if ttfb {
+			return us(p.gateway.ttfb.q(q) - p.direct.ttfb.q(q))
+		}
+		return us(p.gateway.total.q(q) - p.direct.total.q(q))
+	})
+}
+
+func ratio(ps []pair, q float64, ttfb bool) spread {
+	return perRound(ps, func(p pair) float64 {
+		if ttfb {
+			return float64(p.gateway.ttfb.q(q)) / float64(p.direct.ttfb.q(q))
+		}
+		return float64(p.gateway.total.q(q)) / float64(p.direct.total.q(q))
+	})
+}
+
+// perChunk is a stream phase's median time per event after the first, in µs.
+func perChunk(ph phase) float64 {
+	if len(ph.total) == 0 {
+		return 0
+	}
+	events := float64(ph.chunks) / float64(len(ph.total))
+	return us(ph.total.q(.5)-ph.ttfb.q(.5)) / (events - 1)
+}
+
+// cpuPer is the named process's CPU in µs per request (per event when chunks).
+func cpuPer(ph phase, proc string, chunks bool) float64 {
+	n := float64(len(ph.total))
+	if chunks {
+		n = float64(ph.chunks)
+	}
+	if n == 0 {
+		return 0
+	}
+	return us(ph.cpu[proc]) / n
+}
+
+func errsOf(ps []pair) (d, g int64) {
+	for _, p := range ps {
+		d += p.direct.errs
+		g += p.gateway.errs
+	}
+	return d, g
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**missed**"
+}
+
+// Report writes the results as the markdown of BENCHMARKS.md.
+func (r *Results) Report(w io.Writer, m Machine, command string) {
+	c := r.Cfg
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("# Kiln gateway benchmarks")
+	p("")
+	p("What the gateway adds to a model server. Every figure is measured against a baseline taken in the same run: the")
+	p("same load sent to the model simulator directly (a separate process, `tests/bench/cmd/simserver`) and through the")
+	p("gateway binary (`functions/gateway`, embedded SQLite store, reference catalog pointed at that simulator). The two are")
+	p("measured in alternating order, %d rounds each; figures are the median over the rounds and `(lo … hi)` their range.", c.Rounds)
+	p("The load generator (net/http keep-alive clients) runs on the same machine, so all three processes share its cores.")
+	p("")
+	p("- Machine: %d CPUs (`nproc`), %s, Linux %s", m.NProc, m.CPU, m.Kernel)
+	p("- Go: %s", m.Go)
+	p("- Date: %s; load average at the end %s (1, 5, 15 min; on %d CPUs, anything well above the load the run itself", r.Started.Format(time.RFC3339), m.LoadAvg, m.NProc)
+	p("  puts on the machine, about 2, means other work shared the cores and the figures are pessimistic)")
+	p("- Command: `%s`", command)
+	p("- Phases: %v measured per closed-loop phase after %v of warm-up; open loop %.0f req/s for %v; %d slow streams; %d cold starts",
+		c.Duration, c.Warmup, c.OpenRate, c.OpenFor, c.Streams, c.ColdStarts)
+	p("- Requests: chat completion of `qwen3-32b` (the simulator's `Qwen/Qwen3-32B`), 2 messages, 16 tokens (1,000 for long")
+	p("  streams). Streaming requests to the simulator carry what the gateway forwards (`include_usage` and")
+	p("  `continuous_usage_stats`), so it does the same work either way.")
+	p("")
+
+	// Targets.
+	p("## Targets")
+	p("")
+	p("| target | from | measured | |")
+	p("| --- | --- | --- | --- |")
+	if ps := r.Closed[8]; len(ps) > 0 {
+		a50, a99 := added(ps, .5, false), added(ps, .99, false)
+		p("| added p50, non-streaming, 8 connections < 500 µs | issue 2 | %s µs | %s |", a50.fmt("%.0f"), verdict(a50.median() < 500))
+		p("| added p99, non-streaming, 8 connections < 2 ms | issue 2 | %s µs | %s |", a99.fmt("%.0f"), verdict(a99.median() < 2000))
+		p("| added p50 ≤ 0.3 ms | issue 6 | %s µs | %s |", a50.fmt("%.0f"), verdict(a50.median() <= 300))
+		p("| added p99 ≤ 1.5 ms | issue 6 | %s µs | %s |", a99.fmt("%.0f"), verdict(a99.median() <= 1500))
+		gw := perRound(ps, func(p pair) float64 { return p.gateway.rate() })
+		di := perRound(ps, func(p pair) float64 { return p.direct.rate() })
+		p("| ≥ 3,000 req/s through the gateway at 8 connections (simulator alone: %s) | issue 6 | %s req/s | %s |",
+			di.fmt("%.0f"), gw.fmt("%.0f"), verdict(gw.median() >= 3000))
+	}
+	if ps := r.Long; len(ps) > 0 {
+		pc := perRound(ps, func(p pair) float64 { return perChunk(p.gateway) - perChunk(p.direct) })
+		p("| added time per streamed chunk < 5 µs (1,000-token streams, 1 connection) | issue 2 | %s µs | %s |", pc.fmt("%.2f"), verdict(pc.median() < 5))
+		cpu := perRound(ps, func(p pair) float64 { return cpuPer(p.gateway, "gateway", true) })
+		p("| gateway CPU per relayed chunk ≤ 3 µs | issue 6 | %s µs | %s |", cpu.fmt("%.2f"), verdict(cpu.median() <= 3))
+	}
+	if g, s := findGoBench(r.GoBench, "BenchmarkStreamChunk/gateway"), findGoBench(r.GoBench, "BenchmarkStreamChunk/simulator"); g != nil && s != nil {
+		a := (g.values["allocs/op"].median() - s.values["allocs/op"].median()) / 1000
+		p("| ≤ 2 allocations added per relayed chunk (Go benchmark) | issue 6 | %.2f | %s |", a, verdict(a <= 2))
+	}
+	if mm := r.Memory; mm.gatewayOpen > 0 {
+		per := float64(mm.gwOpen-mm.gwIdle) / float64(mm.gatewayOpen)
+		p("| ≤ 32 KiB per idle open stream | issue 6 | %.1f KiB | %s |", per/1024, verdict(per <= 32*1024))
+	}
+	if len(r.Cold.gateway) > 0 {
+		p("| cold start to first 200 ≤ 50 ms (local server) | issue 6 | %s ms | %s |", r.Cold.gateway.fmt("%.1f"), verdict(r.Cold.gateway.median() <= 50))
+	}
+	p("")
+
+	// Closed loop.
+	p("## Added latency, non-streaming, closed loop")
+	p("")
+	p("Each connection sends its next request when the last answer ended. Latency is from sending the request to the")
+	p("end of the answer's body. Quantiles in µs.")
+	p("")
+	p("| connections | direct p50 / p99 / p99.9 | gateway p50 / p99 / p99.9 | added p50 | added p99 | added p99.9 | ratio p50 | ratio p99 | direct req/s | gateway req/s | errors (direct/gateway) |")
+	p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	conns := make([]int, 0, len(r.Closed))
+	for n := range r.Closed {
+		conns = append(conns, n)
+	}
+	slices.Sort(conns)
+	for _, n := range conns {
+		ps := r.Closed[n]
+		de, ge := errsOf(ps)
+		p("| %d | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %s | %s | %s | %s | %s | %s | %s | %d / %d |", n,
+			quant(ps, false, .5, false).median(), quant(ps, false, .99, false).median(), quant(ps, false, .999, false).median(),
+			quant(ps, true, .5, false).median(), quant(ps, true, .99, false).median(), quant(ps, true, .999, false).median(),
+			added(ps, .5, false).fmt("%.0f"), added(ps, .99, false).fmt("%.0f"), added(ps, .999, false).fmt("%.0f"),
+			ratio(ps, .5, false).fmt("%.2f"), ratio(ps, .99, false).fmt("%.2f"),
+			perRound(ps, func(p pair) float64 { return p.direct.rate() }).fmt("%.0f"),
+			perRound(ps, func(p pair) float64 { return p.gateway.rate() }).fmt("%.0f"), de, ge)
+	}
+	p("")
+	if ps := r.Open; len(ps) > 0 {
+		p("## Added latency, non-streaming, open loop")
+		p("")
+		p("Requests are sent at a fixed rate whatever the answers' pace, each timed from the moment it was due (so a stall")
+		p("shows as latency, not as a slower load). Quantiles in µs.")
+		p("")
+		p("| rate | direct p50 / p99 / p99.9 | gateway p50 / p99 / p99.9 | added p50 | added p99 | added p99.9 | ratio p50 | ratio p99 | errors (direct/gateway) |")
+		p("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+		de, ge := errsOf(ps)
+		p("| %.0f req/s | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %s | %s | %s | %s | %s | %d / %d |", c.OpenRate,
+			quant(ps, false, .5, false).median(), quant(ps, false, .99, false).median(), quant(ps, false, .999, false).median(),
+			quant(ps, true, .5, false).median(), quant(ps, true, .99, false).median(), quant(ps, true, .999, false).median(),
+			added(ps, .5, false).fmt("%.0f"), added(ps, .99, false).fmt("%.0f"), added(ps, .999, false).fmt("%.0f"),
+			ratio(ps, .5, false).fmt("%.2f"), ratio(ps, .99, false).fmt("%.2f"), de, ge)
+		p("")
+	}
+
+	// Streaming.
+	p("## Streaming")
+	p("")
+	p("Time to first byte is until the first `data:` event arrived; per chunk is (median total − median first event) /")
+	p("(events − 1). Times in µs.")
+	p("")
+	p("| measure | direct p50 | gateway p50 | added p50 | ratio p50 | direct p99 | gateway p99 | added p99 | ratio p99 |")
+	p("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	row := func(name string, ps []pair, ttfb bool) {
+		if len(ps) == 0 {
+			return
+		}
+		p("| %s | %.0f | %.0f | %s | %s | %.0f | %.0f | %s | %s |", name,
+			quant(ps, false, .5, ttfb).median(), quant(ps, true, .5, ttfb).median(), added(ps, .5, ttfb).fmt("%.0f"), ratio(ps, .5, ttfb).fmt("%.2f"),
+			quant(ps, false, .99, ttfb).median(), quant(ps, true, .99, ttfb).median(), added(ps, .99, ttfb).fmt("%.0f"), ratio(ps, .99, ttfb).fmt("%.2f"))
+	}
+	row("16-token stream, 8 connections: first event", r.Short, true)
+	row("16-token stream, 8 connections: whole stream", r.Short, false)
+	row("1,000-token stream, 1 connection: first event", r.Long, true)
+	row("1,000-token stream, 1 connection: whole stream", r.Long, false)
+	if ps := r.Long; len(ps) > 0 {
+		d := perRound(ps, func(p pair) float64 { return perChunk(p.direct) })
+		g := perRound(ps, func(p pair) float64 { return perChunk(p.gateway) })
+		a := perRound(ps, func(p pair) float64 { return perChunk(p.gateway) - perChunk(p.direct) })
+		rt := perRound(ps, func(p pair) float64 { return perChunk(p.gateway) / perChunk(p.direct) })
+		p("| 1,000-token stream: per chunk (median) | %.2f | %.2f | %s | %s | | | | |", d.median(), g.median(), a.fmt("%.2f"), rt.fmt("%.2f"))
+	}
+	if ps := r.Short; len(ps) > 0 {
+		de, ge := errsOf(ps)
+		p("")
+		p("16-token streams at 8 connections: %s streams/s direct, %s through the gateway; errors %d / %d.",
+			perRound(ps, func(p pair) float64 { return p.direct.rate() }).fmt("%.0f"),
+			perRound(ps, func(p pair) float64 { return p.gateway.rate() }).fmt("%.0f"), de, ge)
+	}
+	p("")
+
+	// CPU.
+	p("## CPU")
+	p("")
+	p("User + system CPU of each process over the measured window, from the kernel's accounting of it (`/proc/PID/stat`")
+	p("utime + stime, the counters `getrusage` reports; 10 ms ticks). \"Simulator\" is the simulator's CPU when called")
+	p("directly; \"gateway\" is the gateway process's alone (the simulator's CPU during the gateway phase in brackets).")
+	p("")
+	p("| measure | simulator | gateway | ratio |")
+	p("| --- | --- | --- | --- |")
+	if ps := r.Closed[8]; len(ps) > 0 {
+		s := perRound(ps, func(p pair) float64 { return cpuPer(p.direct, "simulator", false) })
+		g := perRound(ps, func(p pair) float64 { return cpuPer(p.gateway, "gateway", false) })
+		sg := perRound(ps, func(p pair) float64 { return cpuPer(p.gateway, "simulator", false) })
+		p("| µs CPU per non-streamed request, 8 connections | %s | %s [%s] | %s |", s.fmt("%.1f"), g.fmt("%.1f"), sg.fmt("%.1f"),
+			perRound(ps, func(p pair) float64 {
+				return cpuPer(p.gateway, "gateway", false) / cpuPer(p.direct, "simulator", false)
+			}).fmt("%.2f"))
+	}
+	if ps := r.Long; len(ps) > 0 {
+		s := perRound(ps, func(p pair) float64 { return cpuPer(p.direct, "simulator", true) })
+		g := perRound(ps, func(p pair) float64 { return cpuPer(p.gateway, "gateway", true) })
+		sg := perRound(ps, func(p pair) float64 { return cpuPer(p.gateway, "simulator", true) })
+		p("| µs CPU per streamed chunk, 1,000-token streams | %s | %s [%s] | %s |", s.fmt("%.2f"), g.fmt("%.2f"), sg.fmt("%.2f"),
+			perRound(ps, func(p pair) float64 { return cpuPer(p.gateway, "gateway", true) / cpuPer(p.direct, "simulator", true) }).fmt("%.2f"))
+		p("| chunks/s relayed per CPU core (1 / CPU per chunk) | %.0f | %.0f | |", 1e6/s.median(), 1e6/g.median())
+	}
+	p("")
+
+	// Memory.
+	if mm := r.Memory; mm.streams > 0 {
+		p("## Memory: %d concurrent open streams", mm.streams)
+		p("")
+		p("Streams of 1,000 tokens one second apart (`[[sim:delay_ms=1000]]`), held open after their first event; RSS")
+		p("(`VmRSS`) before they opened and while all were open.")
+		p("")
+		p("| process | streams open | RSS before | RSS with streams | per open stream |")
+		p("| --- | --- | --- | --- | --- |")
+		mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+		per := func(a, b int64, n int) string {
+			if n == 0 {
+				return "–"
+			}
+			return fmt.Sprintf("%.1f KiB", float64(b-a)/float64(n)/1024)
+		}
+		p("| simulator, called directly | %d | %s | %s | %s |", mm.directOpened, mib(mm.simIdle), mib(mm.simOpen), per(mm.simIdle, mm.simOpen, mm.directOpened))
+		p("| gateway | %d | %s | %s | %s |", mm.gatewayOpen, mib(mm.gwIdle), mib(mm.gwOpen), per(mm.gwIdle, mm.gwOpen, mm.gatewayOpen))
+		p("| simulator, behind the gateway | %d | %s | %s | %s |", mm.gatewayOpen, mib(mm.simIdleGw), mib(mm.simOpenGw), per(mm.simIdleGw, mm.simOpenGw, mm.gatewayOpen))
+		if mm.directErr != nil || mm.gatewayErr != nil {
+			p("")
+			p("Errors opening streams: direct %v; gateway %v.", mm.directErr, mm.gatewayErr)
+		}
+		p("")
+	}
+
+	// Cold start.
+	if len(r.Cold.gateway) > 0 || r.Cold.err != nil {
+		p("## Cold start")
+		p("")
+		p("From `exec` of the binary to the first 200 answer to a chat completion (polling the port every 0.2 ms); the")
+		p("gateway restarts on the store the run created, the simulator answers directly. The Lambda `bootstrap` is not")
+		p("measured here.")
+		p("")
+		p("| binary | ms to first 200 |")
+		p("| --- | --- |")
+		p("| simulator (`tests/bench/cmd/simserver`) | %s |", r.Cold.sim.fmt("%.1f"))
+		p("| gateway (`functions/gateway`) | %s |", r.Cold.gateway.fmt("%.1f"))
+		if r.Cold.err != nil {
+			p("")
+			p("Error: %v", r.Cold.err)
+		}
+		p("")
+	}
+
+	// Go benchmarks.
+	if len(r.GoBench) > 0 {
+		p("## Go micro-benchmarks")
+		p("")
+		p("`%s` — medians over the runs, in-process (client, gateway, simulator", r.GoCmd)
+		p("and SQLite in one process, so allocations include the client's and the simulator's).")
+		p("")
+		p("| package | benchmark | ns/op | B/op | allocs/op | other |")
+		p("| --- | --- | --- | --- | --- | --- |")
+		for _, b := range r.GoBench {
+			var other []string
+			for _, u := range b.units {
+				if u != "ns/op" && u != "B/op" && u != "allocs/op" {
+					other = append(other, fmt.Sprintf("%.4g %s", b.values[u].median(), u))
+				}
+			}
+			p("| %s | %s | %s | %.0f | %.0f | %s |", b.pkg, strings.TrimPrefix(b.name, "Benchmark"),
+				b.values["ns/op"].fmt("%.4g"), b.values["B/op"].median(), b.values["allocs/op"].median(), strings.Join(other, ", "))
+		}
+		if g, s := findGoBench(r.GoBench, "BenchmarkChat/gateway"), findGoBench(r.GoBench, "BenchmarkChat/simulator"); g != nil && s != nil {
+			p("")
+			p("Hot path: the gateway adds %.0f allocations (%.0f B) and %.0f µs per non-streamed request over calling the simulator",
+				g.values["allocs/op"].median()-s.values["allocs/op"].median(), g.values["B/op"].median()-s.values["B/op"].median(),
+				(g.values["ns/op"].median()-s.values["ns/op"].median())/1000)
+			p("in-process (one connection, admission and settlement in SQLite included).")
+		}
+		if g, s := findGoBench(r.GoBench, "BenchmarkStreamChunk/gateway"), findGoBench(r.GoBench, "BenchmarkStreamChunk/simulator"); g != nil && s != nil {
+			p("Per streamed chunk it adds %.2f allocations, %.0f B and %.2f µs.",
+				(g.values["allocs/op"].median()-s.values["allocs/op"].median())/1000, (g.values["B/op"].median()-s.values["B/op"].median())/1000,
+				(g.values["ns/chunk"].median()-s.values["ns/chunk"].median())/1000)
+		}
+		p("")
+	}
+	if len(r.Errors) > 0 {
+		p("## Errors during the run")
+		p("")
+		for _, e := range r.Errors {
+			p("- %s", e)
+		}
+		p("")
+	}
+}

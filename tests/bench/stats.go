@@ -1,0 +1,58 @@
+package bench
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// latencies is one phase's request latencies, sorted once before quantiles are read.
+type latencies []time.Duration
+
+func (l latencies) sorted() latencies {
+	s := slices.Clone(l)
+	slices.Sort(s)
+	return s
+}
+
+// q is the nearest-rank quantile of a sorted sample; 0 when empty.
+func (l latencies) q(p float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(p*float64(len(l)))) - 1
+	return l[min(max(i, 0), len(l)-1)]
+}
+
+// spread is a figure measured once per round: its median and range over the rounds.
+type spread []float64
+
+func (s spread) median() float64 {
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	c := slices.Clone(s)
+	slices.Sort(c)
+	if n := len(c); n%2 == 1 {
+		return c[n/2]
+	} else {
+		return (c[n/2-1] + c[n/2]) / 2
+	}
+}
+
+func (s spread) lo() float64 { return slices.Min(s) }
+func (s spread) hi() float64 { return slices.Max(s) }
+
+// fmtSpread prints "median (lo … hi)" with format f for each number.
+func (s spread) fmt(f string) string {
+	if len(s) == 0 {
+		return "–"
+	}
+	if len(s) == 1 {
+		return fmt.Sprintf(f, s[0])
+	}
+	return fmt.Sprintf(f+" ("+f+" … "+f+")", s.median(), s.lo(), s.hi())
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

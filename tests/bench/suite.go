@@ -1,0 +1,345 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Config is what a run measures and how long.
+type Config struct {
+	Repo        string        // the repository root (holds go.mod)
+	GatewayBin  string        // a built gateway; "" builds ./functions/gateway
+	Rounds      int           // rounds of every comparison
+	Duration    time.Duration // measured window of one closed-loop phase
+	Warmup      time.Duration // before each phase's window
+	Conns       []int         // closed-loop connection counts
+	OpenRate    float64       // open-loop requests per second
+	OpenFor     time.Duration // one open-loop phase
+	Streams     int           // concurrent slow streams for the memory figure
+	ColdStarts  int           // cold-start rounds
+	GoBenchRuns int           // -count of the Go micro-benchmarks; 0 skips them
+	Log         *os.File      // progress
+}
+
+// Results is everything a run measured; Report renders it.
+type Results struct {
+	Cfg     Config
+	Started time.Time
+	Closed  map[int][]pair // by connections: one pair per round
+	Short   []pair         // short streams at 8 connections
+	Long    []pair         // 1,000-token streams at 1 connection
+	Open    []pair
+	Memory  memory
+	Cold    cold
+	GoBench []*goBench
+	GoCmd   string
+	Errors  []string
+}
+
+// pair is one round of the same load against both targets.
+type pair struct{ direct, gateway phase }
+
+type memory struct {
+	streams                   int
+	directOpened, gatewayOpen int
+	simIdle, simOpen          int64 // simulator RSS, direct streams
+	gwIdle, gwOpen            int64 // gateway RSS, streams through it
+	simIdleGw, simOpenGw      int64 // simulator RSS while serving the gateway's streams
+	directErr, gatewayErr     error
+}
+
+type cold struct {
+	gateway, sim spread // ms from exec to the first 200
+	err          error
+}
+
+// stack is the running simulator and gateway.
+type stack struct {
+	dir, simBin, gwBin, ctlBin string
+	sim, gw                    *proc
+	env                        []string
+	key                        string
+	direct, gateway            target
+}
+
+// Run builds the binaries, starts the stack, runs every phase and returns what it measured.
+func Run(cfg Config) (*Results, error) {
+	res := &Results{Cfg: cfg, Started: time.Now().UTC(), Closed: map[int][]pair{}}
+	logf := func(format string, args ...any) { fmt.Fprintf(cfg.Log, format+"\n", args...) }
+	st, err := setUp(cfg, "", nil)
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(st.dir)
+	defer st.sim.stop()
+	defer st.gw.stop()
+	both := watch{"gateway": st.gw.pid(), "simulator": st.sim.pid()}
+
+	// Sanity: each kind of request through both targets, whole.
+	for _, t := range []target{st.direct, st.gateway} {
+		for _, k := range []requestKind{nonStreaming, shortStream, longStream} {
+			c := newClient(1)
+			r, err := call(context.Background(), c, t, t.body(k), k != nonStreaming)
+			c.CloseIdleConnections()
+			if err != nil {
+				return nil, fmt.Errorf("sanity request %d to %s: %w", k, t.name, err)
+			}
+			if k != nonStreaming && r.chunks < k.tokens() {
+				return nil, fmt.Errorf("sanity stream to %s: %d events for %d tokens", t.name, r.chunks, k.tokens())
+			}
+		}
+	}
+	logf("warming up")
+	closedLoop(st.direct, nonStreaming, 8, 0, time.Second, both)
+	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, both)
+
+	// Memory first, while the gateway's heap holds nothing left over from the load phases.
+	logf("memory: %d slow streams", cfg.Streams)
+	res.Memory = measureMemory(st, cfg.Streams)
+
+	rounds := func(what string, f func() phase, g func() phase) []pair {
+		var ps []pair
+		for r := range cfg.Rounds {
+			var p pair
+			// Alternate which goes first so that drift in the machine's speed hits both.
+			if r%2 == 0 {
+				p.direct, p.gateway = f(), g()
+			} else {
+				p.gateway = g()
+				p.direct = f()
+			}
+			logf("%s round %d: direct p50 %v p99 %v (%.0f/s, %d errors); gateway p50 %v p99 %v (%.0f/s, %d errors)", what, r+1,
+				p.direct.total.q(.5), p.direct.total.q(.99), p.direct.rate(), p.direct.errs,
+				p.gateway.total.q(.5), p.gateway.total.q(.99), p.gateway.rate(), p.gateway.errs)
+			for _, ph := range []phase{p.direct, p.gateway} {
+				if ph.firstErr != nil {
+					res.Errors = append(res.Errors, fmt.Sprintf("%s round %d: %v", what, r+1, ph.firstErr))
+				}
+			}
+			ps = append(ps, p)
+		}
+		return ps
+	}
+	for _, n := range cfg.Conns {
+		res.Closed[n] = rounds(fmt.Sprintf("non-streaming, %d connections", n),
+			func() phase { return closedLoop(st.direct, nonStreaming, n, cfg.Warmup, cfg.Duration, both) },
+			func() phase { return closedLoop(st.gateway, nonStreaming, n, cfg.Warmup, cfg.Duration, both) })
+	}
+	res.Short = rounds("streaming 16 tokens, 8 connections",
+		func() phase { return closedLoop(st.direct, shortStream, 8, cfg.Warmup, cfg.Duration, both) },
+		func() phase { return closedLoop(st.gateway, shortStream, 8, cfg.Warmup, cfg.Duration, both) })
+	res.Long = rounds("streaming 1,000 tokens, 1 connection",
+		func() phase { return closedLoop(st.direct, longStream, 1, cfg.Warmup, cfg.Duration, both) },
+		func() phase { return closedLoop(st.gateway, longStream, 1, cfg.Warmup, cfg.Duration, both) })
+	if cfg.OpenRate > 0 {
+		res.Open = rounds(fmt.Sprintf("open loop %.0f/s", cfg.OpenRate),
+			func() phase { return openLoop(st.direct, cfg.OpenRate, cfg.OpenFor, both) },
+			func() phase { return openLoop(st.gateway, cfg.OpenRate, cfg.OpenFor, both) })
+	}
+
+	logf("cold start: %d rounds", cfg.ColdStarts)
+	st.gw.stop()
+	res.Cold = measureColdStart(st, cfg.ColdStarts)
+	st.sim.stop()
+
+	if cfg.GoBenchRuns > 0 {
+		res.GoBench, res.GoCmd, err = runGoBench(cfg.Repo, cfg.GoBenchRuns, cfg.Log)
+		if err != nil {
+			res.Errors = append(res.Errors, err.Error())
+		}
+	}
+	return res, nil
+}
+
+// setUp builds the binaries and starts the simulator and the gateway (gwPkg overrides the
+// gateway's package, for the profiling build), with an organization that load cannot exhaust.
+func setUp(cfg Config, gwPkg string, gwEnv []string) (*stack, error) {
+	dir, err := os.MkdirTemp("", "kilnbench-")
+	if err != nil {
+		return nil, err
+	}
+	st := &stack{dir: dir,
+		simBin: filepath.Join(dir, "simserver"), ctlBin: filepath.Join(dir, "kilnctl"), gwBin: cfg.GatewayBin}
+	builds := map[string]string{st.simBin: "./tests/bench/cmd/simserver", st.ctlBin: "./infra/kilnctl"}
+	if st.gwBin == "" || gwPkg != "" {
+		st.gwBin = filepath.Join(dir, "gateway")
+		builds[st.gwBin] = "./functions/gateway"
+		if gwPkg != "" {
+			builds[st.gwBin] = gwPkg
+		}
+	}
+	for out, pkg := range builds {
+		cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+		cmd.Dir = cfg.Repo
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+		}
+	}
+
+	st.sim, err = start("simulator", st.simBin, nil, []string{"PATH=" + os.Getenv("PATH")}, filepath.Join(dir, "simserver.log"))
+	if err != nil {
+		return nil, err
+	}
+	simHost := strings.TrimSuffix(strings.TrimPrefix(st.sim.base, "http://"), "/v1")
+	ref, err := os.ReadFile(filepath.Join(cfg.Repo, "infra", "catalog.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	catalogPath := filepath.Join(dir, "catalog.yaml")
+	if err := os.WriteFile(catalogPath, bytes.ReplaceAll(ref, []byte("127.0.0.1:8090"), []byte(simHost)), 0o600); err != nil {
+		return nil, err
+	}
+	st.env = []string{
+		"KILN_ADDR=127.0.0.1:0",
+		"KILN_CATALOG=" + catalogPath,
+		"KILN_DATA_DIR=" + filepath.Join(dir, "data"),
+		"KILN_SHUTDOWN_GRACE=2s",
+		"PATH=" + os.Getenv("PATH"),
+		"HOME=" + os.Getenv("HOME"),
+	}
+	// The demo organization allows 8 requests in flight and $10; the benchmark's own allows
+	// more than any phase opens, with credits no run can spend.
+	ctl := func(args ...string) ([]byte, error) {
+		cmd := exec.Command(st.ctlBin, args...)
+		cmd.Env = st.env
+		out, err := cmd.Output()
+		if err != nil {
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				return nil, fmt.Errorf("kilnctl %s: %v\n%s", strings.Join(args, " "), err, ee.Stderr)
+			}
+			return nil, fmt.Errorf("kilnctl %s: %w", strings.Join(args, " "), err)
+		}
+		return out, nil
+	}
+	if _, err := ctl("org", "create", "--id", "org_bench", "--name", "bench", "--max-in-flight", "5000", "--json"); err != nil {
+		return nil, err
+	}
+	out, err := ctl("key", "create", "--org", "org_bench", "--json")
+	if err != nil {
+		return nil, err
+	}
+	var k struct{ Key string }
+	if err := json.Unmarshal(out, &k); err != nil || k.Key == "" {
+		return nil, fmt.Errorf("kilnctl key create: no key in %q", out)
+	}
+	st.key = k.Key
+	if _, err := ctl("credits", "add", "--org", "org_bench", "--usd", "100000", "--json"); err != nil {
+		return nil, err
+	}
+
+	st.gw, err = start("gateway", st.gwBin, nil, append(st.env, gwEnv...), filepath.Join(dir, "gateway.log"))
+	if err != nil {
+		st.sim.stop()
+		return nil, err
+	}
+	st.direct = target{name: "direct", url: st.sim.base + "/chat/completions", model: "Qwen/Qwen3-32B",
+		streamOptions: `{"include_usage":true,"continuous_usage_stats":true}`}
+	st.gateway = target{name: "gateway", url: st.gw.base + "/chat/completions", key: st.key, model: "qwen3-32b",
+		streamOptions: `{"include_usage":true}`}
+	return st, nil
+}
+
+func measureMemory(st *stack, n int) memory {
+	m := memory{streams: n}
+	m.simIdle, _ = rss(st.sim.pid())
+	opened, closeAll, err := openStreams(st.direct, n, 30*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	m.directOpened, m.directErr = opened, err
+	m.simOpen, _ = rss(st.sim.pid())
+	closeAll()
+	time.Sleep(time.Second)
+
+	m.gwIdle, _ = rss(st.gw.pid())
+	m.simIdleGw, _ = rss(st.sim.pid())
+	opened, closeAll, err = openStreams(st.gateway, n, 30*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	m.gatewayOpen, m.gatewayErr = opened, err
+	m.gwOpen, _ = rss(st.gw.pid())
+	m.simOpenGw, _ = rss(st.sim.pid())
+	closeAll()
+	time.Sleep(time.Second) // settlement of the cancelled streams
+	return m
+}
+
+// measureColdStart times, for each binary, exec to the first 200 answer to a chat completion;
+// the gateway restarts on the data directory the run already created.
+func measureColdStart(st *stack, rounds int) cold {
+	var c cold
+	for r := range rounds {
+		ms, err := coldStart(st.simBin, nil, []string{"PATH=" + os.Getenv("PATH")}, "-addr", st.direct, "Qwen/Qwen3-32B", filepath.Join(st.dir, "cold-sim.log"))
+		if err != nil {
+			c.err = err
+			return c
+		}
+		c.sim = append(c.sim, ms)
+		ms, err = coldStart(st.gwBin, st.env, nil, "", st.gateway, "qwen3-32b", filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r)))
+		if err != nil {
+			c.err = err
+			return c
+		}
+		c.gateway = append(c.gateway, ms)
+	}
+	return c
+}
+
+// coldStart execs bin listening on a free port (through addrFlag, or KILN_ADDR in env) and
+// returns the milliseconds until a chat completion first answers 200.
+func coldStart(bin string, env, extraEnv []string, addrFlag string, t target, model, logPath string) (float64, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var args []string
+	if addrFlag != "" {
+		args = []string{addrFlag, addr}
+	}
+	e := append(append([]string(nil), env...), extraEnv...)
+	if addrFlag == "" {
+		e = append(e, "KILN_ADDR="+addr)
+	}
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = e
+	cmd.Stderr = logf
+	t.url = "http://" + addr + "/v1/chat/completions"
+	body := t.body(nonStreaming)
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	p := &proc{name: bin, cmd: cmd}
+	defer p.stop()
+	for time.Since(started) < 10*time.Second {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			time.Sleep(200 * time.Microsecond)
+			continue
+		}
+		conn.Close()
+		_, err = call(context.Background(), c, t, body, false)
+		if err == nil {
+			return float64(time.Since(started)) / float64(time.Millisecond), nil
+		}
+		time.Sleep(200 * time.Microsecond)
+	}
+	return 0, fmt.Errorf("%s: no 200 within 10 s", filepath.Base(bin))
+}
