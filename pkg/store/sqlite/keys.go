@@ -23,7 +23,7 @@ func (s *Store) CreateKey(ctx context.Context, key store.Key) error {
 	if err != nil {
 		return fmt.Errorf("create key %s: %w", key.ID, err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := orgExists(ctx, tx, key.OrgID); err != nil {
 			return err
 		}

@@ -21,7 +21,7 @@ func (s *Store) AddEntry(ctx context.Context, e store.LedgerEntry) error {
 	if err != nil {
 		return fmt.Errorf("add entry %s to %s: %w", e.ID, e.OrgID, err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE orgs SET balance = balance + ? WHERE id = ?`, int64(e.Amount), e.OrgID)
 		if err != nil {
 			return err

@@ -32,7 +32,7 @@ func (s *Store) SetMaintenance(ctx context.Context, m store.Maintenance) error {
 	if err != nil {
 		return fmt.Errorf("set maintenance: %w", err)
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `INSERT INTO maintenance (id, on_, until) VALUES (1, ?, ?)
 			ON CONFLICT (id) DO UPDATE SET on_ = excluded.on_, until = excluded.until`, m.On, until)
 		return err

@@ -33,7 +33,7 @@ func (s *Store) CreateOrg(ctx context.Context, org store.Org) error {
 		return fmt.Errorf("create org %s: %w", org.ID, err)
 	}
 	var res sql.Result
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		res, err = tx.ExecContext(ctx, `INSERT INTO orgs (id, name, status, max_in_flight, balance, created_at)
 			VALUES (?, ?, ?, ?, 0, ?) ON CONFLICT DO NOTHING`,
 			org.ID, org.Name, string(org.Status), org.MaxInFlight, created)
@@ -127,7 +127,7 @@ func (s *Store) SetMaxInFlight(ctx context.Context, orgID string, n int) error {
 
 func (s *Store) update(ctx context.Context, op, query string, args ...any) error {
 	var res sql.Result
-	err := s.write(ctx, func(tx *sql.Tx) (err error) {
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
 		res, err = tx.ExecContext(ctx, query, args...)
 		return err
 	})

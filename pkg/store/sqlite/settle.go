@@ -49,13 +49,22 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 	if err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.StmtContext(ctx, s.st.settleDebit).ExecContext(ctx, int64(e.Cost), e.OrgID)
+	return s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		// The debit comes first and only when the generation was not settled, so that every
+		// refusal comes before any change.
+		res, err := tx.StmtContext(ctx, s.st.settleDebit).ExecContext(ctx, int64(e.Cost), e.OrgID, e.GenerationID)
 		if err != nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return store.ErrNotFound
+			err := orgExists(ctx, tx, e.OrgID)
+			if err == nil {
+				return refuse(errApplied)
+			}
+			if errors.Is(err, store.ErrNotFound) {
+				return refuse(err)
+			}
+			return err
 		}
 		res, err = tx.StmtContext(ctx, s.st.settleUsage).ExecContext(ctx,
 			e.OrgID, e.GenerationID, e.Version, e.KeyID, e.Model, e.Endpoint, e.Stream, string(e.Status),
@@ -64,8 +73,10 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 		if err != nil {
 			return err
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return errApplied
+		if n, _ := res.RowsAffected(); n != 1 {
+			// Cannot happen in this transaction after the debit's check; not a refusal, so
+			// that the debit is undone.
+			return fmt.Errorf("usage row of %s: %d rows inserted", e.GenerationID, n)
 		}
 		if st.Lease.HolderID != "" {
 			if _, err := tx.StmtContext(ctx, s.st.settleRelease).ExecContext(ctx, e.OrgID, st.Lease.HolderID); err != nil {

@@ -12,7 +12,8 @@ import (
 
 // Admit checks the organization and takes an in-flight slot in one write transaction: the
 // organization must be active with a balance above zero and fewer unexpired leases than its
-// limit. Its expired leases are deleted on the way, so crashed holders leave nothing behind.
+// limit. Expired leases are not counted, and are deleted when an admission finds them, so
+// crashed holders leave nothing behind.
 // A holder ID that already holds a slot is refused with ErrExists.
 func (s *Store) Admit(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
 	lease, err := s.admit(ctx, req)
@@ -38,44 +39,54 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 	if err != nil {
 		return store.Lease{}, err
 	}
-	err = s.write(ctx, func(tx *sql.Tx) error {
+	var full bool
+	err = s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		full = false
 		var (
-			status  string
-			balance int64
-			limit   int
-			held    int
+			status        string
+			balance       int64
+			limit         int
+			held, expired int
 		)
-		err := tx.StmtContext(ctx, s.st.admitOrg).QueryRowContext(ctx, req.OrgID).Scan(&status, &balance, &limit)
+		err := tx.StmtContext(ctx, s.st.admitCheck).QueryRowContext(ctx, req.OrgID, now).
+			Scan(&status, &balance, &limit, &held, &expired)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			return store.ErrNotFound
+			return refuse(store.ErrNotFound)
 		case err != nil:
 			return err
 		case store.OrgStatus(status) != store.OrgActive:
-			return store.ErrSuspended
+			return refuse(store.ErrSuspended)
 		case balance <= 0:
-			return store.ErrInsufficientCredits
+			return refuse(store.ErrInsufficientCredits)
 		}
-		if _, err := tx.StmtContext(ctx, s.st.admitPurge).ExecContext(ctx, req.OrgID, now); err != nil {
-			return err
-		}
-		if err := tx.StmtContext(ctx, s.st.admitCount).QueryRowContext(ctx, req.OrgID, now).Scan(&held); err != nil {
-			return err
+		if expired > 0 {
+			// Crashed holders' leases are deleted once seen, so that they do not pile up
+			// and an expired holder ID can be admitted again.
+			if _, err := tx.StmtContext(ctx, s.st.admitPurge).ExecContext(ctx, req.OrgID, now); err != nil {
+				return err
+			}
 		}
 		if held >= limit {
-			return store.ErrSlotsFull
+			// Not an error for the writer, so that the purge above is kept.
+			full = true
+			return nil
 		}
 		res, err := tx.StmtContext(ctx, s.st.admitInsert).ExecContext(ctx, req.OrgID, req.HolderID, expires)
 		if err != nil {
 			return err
 		}
 		if n, _ := res.RowsAffected(); n == 0 {
-			return fmt.Errorf("holder %s: %w", req.HolderID, store.ErrExists)
+			// The insert changed nothing; the purge may stand.
+			return refuse(fmt.Errorf("holder %s: %w", req.HolderID, store.ErrExists))
 		}
 		return nil
 	})
-	if err != nil {
+	switch {
+	case err != nil:
 		return store.Lease{}, err
+	case full:
+		return store.Lease{}, store.ErrSlotsFull
 	}
 	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: fromNanos(expires)}, nil
 }
@@ -114,7 +125,7 @@ func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 		return store.Lease{}, err
 	}
 	var res sql.Result
-	err = s.write(ctx, func(tx *sql.Tx) (err error) {
+	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
 		res, err = tx.StmtContext(ctx, s.st.renew).ExecContext(ctx, expires, lease.OrgID, lease.HolderID, n)
 		return err
 	})

@@ -1,10 +1,13 @@
 // Package sqlite is the embedded store: one SQLite database file in WAL mode that the gateway
 // and kilnctl can open at the same time, from separate processes.
 //
-// Every write is one BEGIN IMMEDIATE transaction on a single connection, so two writers queue on
-// the database lock (under busy_timeout) instead of deadlocking on a read-to-write upgrade, and
-// readers on their own connections never wait for a writer. Money is INTEGER picodollars and
-// times are INTEGER Unix nanoseconds, so sums, orderings and expiry comparisons are exact.
+// Every write goes through one writer goroutine and one connection, in BEGIN IMMEDIATE
+// transactions, so two writers queue on the database lock (under busy_timeout) instead of
+// deadlocking on a read-to-write upgrade, and readers on their own connections never wait for a
+// writer. Writes that queue up while a transaction commits share the next one (group commit),
+// each in a savepoint of its own or checked before it changes anything, so that one write's
+// failure stays its own. Money is INTEGER picodollars and times are INTEGER Unix nanoseconds,
+// so sums, orderings and expiry comparisons are exact.
 package sqlite
 
 import (
@@ -15,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -31,9 +35,14 @@ const busyTimeout = 5 * time.Second
 // processes) may use the same directory at the same time.
 type Store struct {
 	path string
-	w    *sql.DB // one connection; transactions begin IMMEDIATE
+	w    *sql.DB // one connection, used only by the writer goroutine; transactions begin IMMEDIATE
 	r    *sql.DB // read-only connections
 	st   statements
+
+	ops     chan *writeOp // writes for the writer goroutine
+	stopped chan struct{} // closed when the writer goroutine has ended
+	mu      sync.RWMutex  // guards closed against sends on ops
+	closed  bool
 }
 
 // Open opens the store in dir, creating the directory (mode 0700) and the database as needed,
@@ -79,14 +88,30 @@ func (s *Store) open() error {
 		return err
 	}
 	s.r.SetMaxIdleConns(4)
-	return s.st.prepare(ctx, s.w, s.r)
+	if err := s.st.prepare(ctx, s.w, s.r); err != nil {
+		return err
+	}
+	s.ops = make(chan *writeOp, 4*maxBatch)
+	s.stopped = make(chan struct{})
+	go s.writeLoop()
+	return nil
 }
 
 // Path returns the database file's path.
 func (s *Store) Path() string { return s.path }
 
-// Close releases the database. Leases still held stay in the file until they expire.
+// Close applies the writes already queued, then releases the database; writes after Close fail.
+// Leases still held stay in the file until they expire.
 func (s *Store) Close() error {
+	if s.ops != nil {
+		s.mu.Lock()
+		if !s.closed {
+			s.closed = true
+			close(s.ops)
+		}
+		s.mu.Unlock()
+		<-s.stopped
+	}
 	errs := []error{s.st.close()}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
@@ -95,17 +120,4 @@ func (s *Store) Close() error {
 		errs = append(errs, s.w.Close())
 	}
 	return errors.Join(errs...)
-}
-
-// write runs fn in one BEGIN IMMEDIATE transaction and commits it when fn returns nil.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
-	tx, err := s.w.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	if err := fn(tx); err != nil {
-		tx.Rollback()
-		return err
-	}
-	return tx.Commit()
 }

@@ -1,10 +1,16 @@
 package sqlite_test
 
 import (
+	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,6 +86,163 @@ func TestOpenNewerSchema(t *testing.T) {
 	}
 }
 
+// TestCancelQueued: a caller that gives up while its write waits for the database lock (here
+// held by another process) is told so, and its write never happens; Close applies what was
+// queued before it.
+func TestCancelQueued(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	if err := s.CreateOrg(t.Context(), store.Org{ID: "org-a", Name: "A", CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddEntry(t.Context(), store.LedgerEntry{ID: "top", OrgID: "org-a", Kind: store.EntryTopUp,
+		Amount: money.Dollar, At: now}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Another connection holds the write lock, as kilnctl in the middle of a write would.
+	other, err := sql.Open("sqlite", filepath.Join(dir, sqlite.FileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	lock, err := other.Conn(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if _, err := lock.ExecContext(t.Context(), "BEGIN IMMEDIATE"); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	gaveUp := make(chan error)
+	go func() {
+		_, err := s.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: "gen-gave-up", Now: now})
+		gaveUp <- err
+	}()
+	waited := make(chan error)
+	go func() {
+		time.Sleep(50 * time.Millisecond) // queued behind the first
+		_, err := s.Admit(t.Context(), store.AdmitRequest{OrgID: "org-a", HolderID: "gen-waited", Now: now})
+		waited <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	select {
+	case err := <-gaveUp:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("Admit whose context was cancelled while queued: %v, want %v", err, context.Canceled)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Admit did not return when its context was cancelled")
+	}
+	if _, err := lock.ExecContext(t.Context(), "ROLLBACK"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-waited; err != nil {
+		t.Errorf("Admit that waited: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s = open(t, dir)
+	defer s.Close()
+	leases, err := s.InFlight(t.Context(), "org-a", now)
+	if err != nil || len(leases) != 1 || leases[0].HolderID != "gen-waited" {
+		t.Errorf("InFlight = %+v, %v; want only gen-waited", leases, err)
+	}
+	if _, err := s.Admit(t.Context(), store.AdmitRequest{OrgID: "org-a", HolderID: "gen-after", Now: now}); err != nil {
+		t.Errorf("Admit after reopening: %v", err)
+	}
+}
+
+// TestBatchFailure: writes that share a transaction do not share a failure. A settlement that
+// fails on a constraint (its generation id is already a ledger entry's) is refused alone, while
+// the settlements, refusals and replays around it apply exactly once.
+func TestBatchFailure(t *testing.T) {
+	s := open(t, t.TempDir())
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	if err := s.CreateOrg(ctx, store.Org{ID: "org-a", Name: "A", MaxInFlight: 1000, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddEntry(ctx, store.LedgerEntry{ID: "gen-poison", OrgID: "org-a", Kind: store.EntryTopUp,
+		Amount: money.Dollar, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		n    = 200
+		cost = money.Amount(1_000)
+	)
+	settle := func(gen string) (store.SettleResult, error) {
+		return s.Settle(ctx, store.Settlement{Lease: store.Lease{OrgID: "org-a", HolderID: gen}, Now: now,
+			Event: usage.Event{Version: usage.SchemaVersion, GenerationID: gen, OrgID: "org-a", Model: "m",
+				Status: usage.StatusCompleted, Cost: cost, StartedAt: now}})
+	}
+	var (
+		wg      sync.WaitGroup
+		applied atomic.Int64
+	)
+	for i := range n {
+		wg.Go(func() {
+			gen := "gen-" + strconv.Itoa(i)
+			switch i % 4 {
+			case 0: // the poison
+				if _, err := settle("gen-poison"); err == nil {
+					t.Error("Settle of gen-poison succeeded")
+				}
+				return
+			case 1: // a holder id taken twice, and kept: one of the two is refused
+				gen = "gen-dup-" + strconv.Itoa(i/8)
+				_, err := s.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: gen, Now: now})
+				if err != nil && !errors.Is(err, store.ErrExists) {
+					t.Errorf("Admit(%s): %v", gen, err)
+				}
+				return
+			}
+			_, err := s.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: gen, Now: now})
+			if err != nil {
+				t.Errorf("Admit(%s): %v", gen, err)
+				return
+			}
+			for range 2 { // a settlement and its replay
+				res, err := settle(gen)
+				if err != nil {
+					t.Errorf("Settle(%s): %v", gen, err)
+					return
+				}
+				if !res.AlreadyApplied {
+					applied.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	o, err := s.Org(ctx, "org-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := money.Dollar - money.Amount(applied.Load())*cost; o.Balance != want {
+		t.Errorf("balance %s after %d settlements, want %s", o.Balance, applied.Load(), want)
+	}
+	if want := int64(n / 2); applied.Load() != want {
+		t.Errorf("%d settlements applied, want %d", applied.Load(), want)
+	}
+	events, err := s.Usage(ctx, "org-a", now, now.Add(time.Second))
+	if err != nil || int64(len(events)) != applied.Load() {
+		t.Errorf("Usage has %d events, %v; want %d", len(events), err, applied.Load())
+	}
+	if _, err := s.Generation(ctx, "org-a", "gen-poison"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Generation(gen-poison): %v, want %v", err, store.ErrNotFound)
+	}
+	if leases, err := s.InFlight(ctx, "org-a", now); err != nil || len(leases) != n/8 {
+		t.Errorf("InFlight = %+v, %v; want the %d gen-dup holders", leases, err, n/8)
+	}
+}
+
 func BenchmarkAdmitSettle(b *testing.B) {
 	s := open(b, b.TempDir())
 	defer s.Close()
@@ -112,6 +275,52 @@ func BenchmarkAdmitSettle(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkAdmitSettleParallel is BenchmarkAdmitSettle from many goroutines at once, as the
+// gateway under load calls the store: each iteration is one Admit and one Settle with its own
+// generation id, on an organization whose limit no goroutine count reaches.
+func BenchmarkAdmitSettleParallel(b *testing.B) {
+	for _, goroutines := range []int{8, 32} {
+		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) {
+			s := open(b, b.TempDir())
+			defer s.Close()
+			ctx := b.Context()
+			now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+			if err := s.CreateOrg(ctx, store.Org{ID: "org-a", Name: "A", MaxInFlight: 1 << 20, CreatedAt: now}); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.AddEntry(ctx, store.LedgerEntry{ID: "top", OrgID: "org-a", Kind: store.EntryTopUp,
+				Amount: 1_000_000 * money.Dollar, At: now}); err != nil {
+				b.Fatal(err)
+			}
+			var next atomic.Int64
+			// SetParallelism multiplies GOMAXPROCS; round up so that at least this many run.
+			b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					id := "gen-" + strconv.FormatInt(next.Add(1), 10)
+					lease, err := s.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: id, Now: now})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					_, err = s.Settle(ctx, store.Settlement{Lease: lease, Now: now, Event: usage.Event{
+						Version: usage.SchemaVersion, GenerationID: id, OrgID: "org-a", KeyID: "kiln-AbC123xY",
+						Model: "qwen3-32b", Endpoint: "/v1/chat/completions", Stream: true, Status: usage.StatusCompleted,
+						HTTPStatus: 200, FinishReason: "stop", PromptTokens: 1200, CompletionTokens: 300, Cost: 1_155_000,
+						StartedAt: now, TTFTMillis: 180, DurationMillis: 2400, Backend: "vllm-a",
+					}})
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
 	}
 }
 

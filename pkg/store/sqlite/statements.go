@@ -14,9 +14,12 @@ type statements struct {
 	generation   *sql.Stmt
 	maintenance  *sql.Stmt
 
-	admitOrg    *sql.Stmt
+	savepoint  *sql.Stmt
+	rollbackTo *sql.Stmt
+	release    *sql.Stmt
+
+	admitCheck  *sql.Stmt
 	admitPurge  *sql.Stmt
-	admitCount  *sql.Stmt
 	admitInsert *sql.Stmt
 	renew       *sql.Stmt
 
@@ -42,9 +45,17 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 		{r, &st.generation, `SELECT ` + usageColumns + ` FROM usage WHERE org_id = ? AND generation_id = ?`},
 		{r, &st.maintenance, `SELECT on_, until FROM maintenance WHERE id = 1`},
 
-		{w, &st.admitOrg, `SELECT status, balance, max_in_flight FROM orgs WHERE id = ?`},
+		{w, &st.savepoint, `SAVEPOINT write`},
+		{w, &st.rollbackTo, `ROLLBACK TO write`},
+		{w, &st.release, `RELEASE write`},
+
+		// One pass over the organization's leases counts those that hold a slot at ?2 and
+		// those that have expired; no row when the organization does not exist.
+		{w, &st.admitCheck, `SELECT o.status, o.balance, o.max_in_flight,
+			count(l.holder_id) FILTER (WHERE l.expires_at > ?2),
+			count(l.holder_id) FILTER (WHERE l.expires_at <= ?2)
+			FROM orgs o LEFT JOIN leases l ON l.org_id = o.id WHERE o.id = ?1 GROUP BY o.id`},
 		{w, &st.admitPurge, `DELETE FROM leases WHERE org_id = ? AND expires_at <= ?`},
-		{w, &st.admitCount, `SELECT count(*) FROM leases WHERE org_id = ? AND expires_at > ?`},
 		{w, &st.admitInsert, `INSERT INTO leases (org_id, holder_id, expires_at) VALUES (?, ?, ?)
 			ON CONFLICT DO NOTHING`},
 		{w, &st.renew, `UPDATE leases SET expires_at = ?
@@ -55,7 +66,8 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
 		{w, &st.settleLedger, `INSERT INTO ledger (org_id, id, kind, amount, note, at)
 			VALUES (?, ?, 'debit', ?, ?, ?)`},
-		{w, &st.settleDebit, `UPDATE orgs SET balance = balance - ? WHERE id = ?`},
+		{w, &st.settleDebit, `UPDATE orgs SET balance = balance - ?1 WHERE id = ?2
+			AND NOT EXISTS (SELECT 1 FROM usage WHERE org_id = ?2 AND generation_id = ?3)`},
 	} {
 		s, err := p.db.PrepareContext(ctx, p.query)
 		if err != nil {
@@ -70,7 +82,8 @@ func (st *statements) close() error {
 	var errs []error
 	for _, s := range []*sql.Stmt{
 		st.authenticate, st.org, st.generation, st.maintenance,
-		st.admitOrg, st.admitPurge, st.admitCount, st.admitInsert, st.renew,
+		st.savepoint, st.rollbackTo, st.release,
+		st.admitCheck, st.admitPurge, st.admitInsert, st.renew,
 		st.settleRelease, st.settleUsage, st.settleLedger, st.settleDebit,
 	} {
 		if s != nil {
