@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -55,5 +57,40 @@ func TestSettleInBackground(t *testing.T) {
 	}
 	if got := h.balance("org_bg").String(); got != "0.999996535" {
 		t.Errorf("balance %s, want 1 − 3 × 0.000001155", got)
+	}
+}
+
+// flakySettle fails the first n settlements, as a store that blinks would.
+type flakySettle struct {
+	store.Gateway
+	fails *atomic.Int64
+}
+
+func (s flakySettle) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
+	if s.fails.Add(-1) >= 0 {
+		return store.SettleResult{}, errors.New("store unreachable")
+	}
+	return s.Gateway.Settle(ctx, st)
+}
+
+// TestSettlementRetried: a settlement that fails while the store is unreachable is retried until
+// it lands; the request is billed once and its slot released.
+func TestSettlementRetried(t *testing.T) {
+	t.Parallel()
+	fails := new(atomic.Int64)
+	h := newHarness(t, config{wrapStore: func(s store.Gateway) store.Gateway { return flakySettle{s, fails} }})
+	key, _ := h.newOrg("org_flaky", "1", 1)
+	fails.Store(3)
+	r := h.do(req{path: "/v1/chat/completions", body: chatBody("gpt-oss-120b", "one two three four five six seven eight nine", `"max_tokens":12`), key: key})
+	if r.status != 200 {
+		t.Fatalf("status %d", r.status)
+	}
+	ev := h.waitEvent("org_flaky", r.genID())
+	if ev.Cost.String() != "0.000001155" || fails.Load() >= 0 {
+		t.Fatalf("cost %s after %d failures left", ev.Cost, fails.Load())
+	}
+	h.waitIdle("org_flaky")
+	if got := h.balance("org_flaky").String(); got != "0.999998845" {
+		t.Errorf("balance %s, want exactly one debit", got)
 	}
 }

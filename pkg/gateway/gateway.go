@@ -38,7 +38,9 @@ type Options struct {
 	LeaseTTL      time.Duration // in-flight lease; default store.DefaultLeaseTTL
 	CacheTTL      time.Duration // key and maintenance cache; default 2 s, at most 5 s
 	SettleReserve time.Duration // with a request deadline (Lambda), stop this long before it; default 5 s
-	Now           func() time.Time
+	// SettleRetryFor is how long a settlement is retried while the store fails; default 5 min.
+	SettleRetryFor time.Duration
+	Now            func() time.Time
 
 	// Publish receives every settled usage event, after the response ended. Optional.
 	Publish func(context.Context, usage.Event)
@@ -80,6 +82,9 @@ func New(opt Options) (*Gateway, error) {
 	}
 	if opt.SettleReserve <= 0 {
 		opt.SettleReserve = 5 * time.Second
+	}
+	if opt.SettleRetryFor <= 0 {
+		opt.SettleRetryFor = 5 * time.Minute
 	}
 	if opt.Now == nil {
 		opt.Now = time.Now

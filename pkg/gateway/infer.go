@@ -280,9 +280,7 @@ func (x *exchange) settle(reqCtx context.Context) {
 	x.settled = true
 	x.renewer.Stop()
 	x.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(reqCtx), 10*time.Second)
-	defer cancel()
-
+	ctx := context.WithoutCancel(reqCtx)
 	now := g.opt.Now()
 	x.event.DurationMillis = now.Sub(x.event.StartedAt).Milliseconds()
 	if x.req != nil {
@@ -293,7 +291,7 @@ func (x *exchange) settle(reqCtx context.Context) {
 	x.mu.Lock()
 	lease := x.lease
 	x.mu.Unlock()
-	res, err := g.opt.Store.Settle(ctx, store.Settlement{Lease: lease, Event: x.event, Now: now})
+	res, err := g.settleRetrying(reqCtx, store.Settlement{Lease: lease, Event: x.event, Now: now})
 	attrs := []slog.Attr{
 		slog.String("generation_id", x.event.GenerationID),
 		slog.String("org_id", x.event.OrgID),
@@ -313,7 +311,9 @@ func (x *exchange) settle(reqCtx context.Context) {
 		slog.String("backend", x.event.Backend),
 	}
 	if err != nil {
-		g.log.LogAttrs(ctx, slog.LevelError, "settlement failed", append(attrs, slog.String("error", err.Error()))...)
+		// What the log line holds is all there is left of this request's bill: it carries every
+		// field of the event, so that it can be replayed into the store by hand.
+		g.log.LogAttrs(ctx, slog.LevelError, "settlement abandoned", append(attrs, slog.String("error", err.Error()))...)
 		return
 	}
 	if res.AlreadyApplied {
@@ -322,6 +322,36 @@ func (x *exchange) settle(reqCtx context.Context) {
 	g.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
 	if g.opt.Publish != nil && !res.AlreadyApplied {
 		g.opt.Publish(ctx, x.event)
+	}
+}
+
+// settleRetrying applies a settlement, retrying with backoff while the store fails: a request
+// the client received must not go unbilled because the store blinked. Settle is idempotent, so a
+// retry after a lost answer changes nothing. It gives up at SettleRetryFor, or on Lambda shortly
+// before the invocation's deadline.
+func (g *Gateway) settleRetrying(reqCtx context.Context, st store.Settlement) (store.SettleResult, error) {
+	giveUp := time.Now().Add(g.opt.SettleRetryFor)
+	if dl, ok := reqCtx.Deadline(); ok && dl.Add(-time.Second).Before(giveUp) {
+		giveUp = dl.Add(-time.Second)
+	}
+	base := context.WithoutCancel(reqCtx)
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		deadline := time.Now().Add(10 * time.Second)
+		if giveUp.Before(deadline) && giveUp.After(time.Now()) {
+			deadline = giveUp
+		}
+		ctx, cancel := context.WithDeadline(base, deadline)
+		res, err := g.opt.Store.Settle(ctx, st)
+		cancel()
+		if err == nil || time.Now().Add(backoff).After(giveUp) {
+			return res, err
+		}
+		g.log.LogAttrs(base, slog.LevelWarn, "settlement failed; retrying",
+			slog.String("generation_id", st.Event.GenerationID), slog.Int("attempt", attempt),
+			slog.Duration("backoff", backoff), slog.String("error", err.Error()))
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 5*time.Second)
 	}
 }
 

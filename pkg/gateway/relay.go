@@ -23,10 +23,10 @@ const maxResponseBody = 64 << 20
 // model id restored.
 func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
-	x.meter.billable = true
 	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
 	if err != nil {
 		if x.requestCtxDone() {
+			x.meter.billable = true // the backend worked for a client that left: bill the prompt, estimated
 			x.event.Status = usage.StatusClientDisconnected
 			x.event.HTTPStatus = 499
 			return
@@ -45,6 +45,8 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 		x.badBackendBody(ctx, "the model backend sent an invalid answer.", err)
 		return
 	}
+	// A usable answer: from here on it is billed, even if the client leaves before reading it.
+	x.meter.billable = true
 	edits := make([]openai.Edit, 0, 2)
 	if f, ok := openai.Lookup(raw, fields, "usage"); ok {
 		if u, ok, err := openai.ParseUsage(f.Value(raw)); err == nil && ok {
@@ -193,13 +195,13 @@ func (s *stream) close() {
 // public model id restored. A stream that breaks after the first byte ends with an error event
 // and no [DONE]; what was generated is billed.
 func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
-	x.meter.billable = true
 	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "text/event-stream" {
 		resp.Failed()
 		x.badBackendBody(ctx, "the model backend did not stream its answer.", errors.New("content type "+ct))
 		return
 	}
+	x.meter.billable = true // the stream starts: what is generated from here on is billed
 	h := x.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
