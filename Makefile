@@ -80,7 +80,7 @@ test-go: infra/dynamodb-local/node_modules/.package-lock.json
 
 # End-to-end: the built binaries, the official OpenAI clients (openai-go, the openai npm package),
 # the Lambda bootstrap binaries under an emulated Runtime API.
-test-e2e: tests/js/node_modules/.package-lock.json
+test-e2e: tests/js/node_modules/.package-lock.json infra/dynamodb-local/node_modules/.package-lock.json
 	$(GO) test -count=1 ./tests/...
 
 # The gateway against the simulator alone, same run, ratios; writes BENCHMARKS.md.

@@ -1,32 +1,71 @@
-// Command aggregator is the SQS consumer of usage events on AWS Lambda: EventBridge rule → SQS
-// queue → this function, with ReportBatchItemFailures so that only failed messages come back
-// (and reach the dead-letter queue after the queue's maxReceiveCount). It decodes and validates
-// each event (pkg/ingest) and hands valid ones to the aggregation; until the usage pipeline's
-// fold exists (issue 5) that is ingest.LogRecorder, which logs and accepts.
+// Command aggregator is the usage pipeline's consumer on AWS Lambda: EventBridge rule → SQS queue
+// → this function, with ReportBatchItemFailures so that only failed messages come back (and reach
+// the dead-letter queue after the queue's maxReceiveCount). It decodes and validates each event
+// (pkg/ingest) and folds it into the aggregates table (usage.Aggregator, idempotent by generation
+// id).
+//
+// The same function, invoked by its schedule (template.yaml, every 5 minutes), sweeps the usage
+// table's outbox: events the gateway settled but could not get acknowledged by EventBridge are
+// published again (pkg/usage/publish). On Lambda the gateway publishes synchronously, so only a
+// failing bus or a crash leaves anything there.
 //
 // The release build is linux/arm64 with -tags lambda.norpc and CGO_ENABLED=0 (infra/lambdabuild).
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
+
 	"github.com/neocloud/kiln/pkg/ingest"
+	"github.com/neocloud/kiln/pkg/store/dynamo"
+	"github.com/neocloud/kiln/pkg/usage"
+	"github.com/neocloud/kiln/pkg/usage/eventbridge"
+	"github.com/neocloud/kiln/pkg/usage/publish"
 )
 
 func main() {
-	// Only the log level is read: pkg/config would link the embedded store into a function that
-	// has no use for it yet.
+	h, err := setup(context.Background(), os.Getenv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aggregator: %v\n", err)
+		os.Exit(2)
+	}
+	lambda.StartHandlerFunc(h.Invoke)
+}
+
+// setup wires the function from its environment. It reads only what it needs — pkg/config
+// would link the embedded store into a function that has no use for it.
+func setup(ctx context.Context, getenv func(string) string) (*ingest.Handler, error) {
 	level := slog.LevelInfo
-	if v := os.Getenv("KILN_LOG_LEVEL"); v != "" {
+	if v := getenv("KILN_LOG_LEVEL"); v != "" {
 		if err := level.UnmarshalText([]byte(v)); err != nil {
-			fmt.Fprintf(os.Stderr, "aggregator: configuration:\nKILN_LOG_LEVEL=%q: want debug, info, warn or error\n", v)
-			os.Exit(2)
+			return nil, fmt.Errorf("configuration:\nKILN_LOG_LEVEL=%q: want debug, info, warn or error", v)
 		}
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	h := ingest.New(ingest.LogRecorder{Log: log}, log)
-	lambda.StartHandlerFunc(h.Handle)
+	st, err := dynamo.Open(ctx, dynamo.Config{
+		TablePrefix: getenv("KILN_TABLE_PREFIX"),
+		Endpoint:    getenv("KILN_DYNAMODB_ENDPOINT"),
+		Region:      getenv("AWS_REGION"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	h := ingest.New(usage.NewAggregator(st), log)
+	if bus := getenv("KILN_EVENT_BUS"); bus != "" {
+		eb, err := eventbridge.Open(ctx, eventbridge.Config{Bus: bus, Endpoint: getenv("KILN_EVENTBRIDGE_ENDPOINT"), Region: getenv("AWS_REGION")})
+		if err != nil {
+			return nil, err
+		}
+		pub, err := publish.New(publish.Options{Sender: eb, Outbox: st, Log: log, SweepEvery: time.Minute})
+		if err != nil {
+			return nil, err
+		}
+		h.WithSweep(pub.Sweep)
+	}
+	return h, nil
 }

@@ -27,6 +27,14 @@ func lambdaHandler(ctx context.Context, cfg config.Config, getenv func(string) s
 	if err != nil {
 		return nil, err
 	}
+	// On Lambda the event is published before the handler returns (the response has already
+	// ended); nothing runs in the background, and the aggregator function's scheduled sweep
+	// publishes whatever a failure left in the outbox.
+	pub, err := local.NewPublisher(ctx, cfg, st, log)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
 	gw, err := gateway.New(gateway.Options{
 		Store:   st,
 		Catalog: cat,
@@ -36,6 +44,7 @@ func lambdaHandler(ctx context.Context, cfg config.Config, getenv func(string) s
 			Getenv:         getenv,
 		}),
 		Logger:        log,
+		Publish:       pub.PublishNow,
 		MaxBody:       cfg.MaxBody,
 		Keepalive:     cfg.Keepalive,
 		LeaseTTL:      cfg.LeaseTTL,

@@ -28,7 +28,7 @@ func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error
 		Created bool   `json:"created"`
 	}
 	var list []tableJSON
-	for _, name := range []string{tables.Orgs, tables.Keys, tables.Ledger, tables.Usage} {
+	for _, name := range []string{tables.Orgs, tables.Keys, tables.Ledger, tables.Usage, tables.Aggregates} {
 		list = append(list, tableJSON{Name: name, Created: slices.Contains(created, name)})
 	}
 	if *f.json {

@@ -41,17 +41,17 @@ func TestOnDynamoDBLocal(t *testing.T) {
 			} `json:"tables"`
 		}
 		e.json(&got, "dev", "create-tables")
-		if got.Endpoint != srv.Endpoint || len(got.Tables) != 4 {
+		if got.Endpoint != srv.Endpoint || len(got.Tables) != 5 {
 			t.Fatalf("dev create-tables = %+v", got)
 		}
-		for i, name := range []string{"orgs", "keys", "ledger", "usage"} {
+		for i, name := range []string{"orgs", "keys", "ledger", "usage", "aggregates"} {
 			if got.Tables[i].Name != prefix+name || !got.Tables[i].Created {
 				t.Errorf("table %d = %+v, want %s created", i, got.Tables[i], prefix+name)
 			}
 		}
 		// Again: nothing to create, and the store works.
-		if out := e.ok("dev", "create-tables"); strings.Count(out, "exists") != 4 {
-			t.Errorf("second dev create-tables printed %q, want four existing tables", out)
+		if out := e.ok("dev", "create-tables"); strings.Count(out, "exists") != 5 {
+			t.Errorf("second dev create-tables printed %q, want five existing tables", out)
 		}
 		e.ok("org", "create", "--name", "After tables", "--id", "org_x")
 

@@ -8,33 +8,21 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // totals is a roll-up of usage events. Cost is an exact sum.
-type totals struct {
-	Requests         int64        `json:"requests"`
-	PromptTokens     int64        `json:"prompt_tokens"`
-	CachedTokens     int64        `json:"cached_tokens"`
-	CompletionTokens int64        `json:"completion_tokens"`
-	Cost             money.Amount `json:"cost"`
-}
+type totals = usage.Totals
 
-func (t *totals) add(e usage.Event) error {
-	cost, err := t.Cost.Add(e.Cost)
-	if err != nil {
+// addEvent adds one event to t.
+func addEvent(t *totals, e usage.Event) error {
+	if err := t.Add(usage.TotalsOf(e)); err != nil {
 		return fmt.Errorf("sum cost at generation %s: %w", e.GenerationID, err)
 	}
-	t.Requests++
-	t.PromptTokens += e.PromptTokens
-	t.CachedTokens += e.CachedTokens
-	t.CompletionTokens += e.CompletionTokens
-	t.Cost = cost
 	return nil
 }
 
-func (t totals) cells() []string {
+func cells(t totals) []string {
 	return []string{
 		strconv.FormatInt(t.Requests, 10),
 		strconv.FormatInt(t.PromptTokens, 10),
@@ -97,33 +85,39 @@ func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
 	if _, err := c.org(ctx, st, *orgID); err != nil {
 		return err
 	}
-	events, err := st.Usage(ctx, *orgID, from, to.AddDate(0, 0, 1))
-	if err != nil {
-		return fmt.Errorf("usage of %s: %w", *orgID, err)
-	}
-	slices.SortStableFunc(events, func(a, b usage.Event) int { return a.StartedAt.Compare(b.StartedAt) })
-	for i := range events {
-		events[i].StartedAt = events[i].StartedAt.UTC()
-	}
 	if *by == "" {
+		events, err := st.Usage(ctx, *orgID, from, to.AddDate(0, 0, 1))
+		if err != nil {
+			return fmt.Errorf("usage of %s: %w", *orgID, err)
+		}
+		slices.SortStableFunc(events, func(a, b usage.Event) int { return a.StartedAt.Compare(b.StartedAt) })
+		for i := range events {
+			events[i].StartedAt = events[i].StartedAt.UTC()
+		}
 		return c.listEvents(f, events, *asCSV)
 	}
 
+	// The roll-ups come from the aggregates (the usage pipeline's fold), not from the events:
+	// one row per day and model, however many requests.
+	daily, err := st.DailyRollups(ctx, *orgID, *fromArg, *toArg)
+	if err != nil {
+		return fmt.Errorf("usage of %s: %w", *orgID, err)
+	}
 	r := rollup{OrgID: *orgID, From: *fromArg, To: *toArg, By: *by, Rows: []rollupRow{}}
 	groups := map[string]*totals{}
-	for _, e := range events {
-		k := e.Day()
+	for _, d := range daily {
+		k := d.Day
 		if *by == "model" {
-			k = e.Model
+			k = d.Model
 		}
 		if groups[k] == nil {
 			groups[k] = &totals{}
 		}
-		if err := groups[k].add(e); err != nil {
-			return err
+		if err := groups[k].Add(d.Totals); err != nil {
+			return fmt.Errorf("sum cost of %s: %w", k, err)
 		}
-		if err := r.Total.add(e); err != nil {
-			return err
+		if err := r.Total.Add(d.Totals); err != nil {
+			return fmt.Errorf("sum cost: %w", err)
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(groups)) {
@@ -147,7 +141,7 @@ func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
 	case *asCSV:
 		rows := make([][]string, 0, len(r.Rows))
 		for _, row := range r.Rows {
-			rows = append(rows, append(append([]string{key(row)}, row.cells()...), row.Cost.String()))
+			rows = append(rows, append(append([]string{key(row)}, cells(row.totals)...), row.Cost.String()))
 		}
 		return writeCSV(c.stdout, []string{*by, "requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost"}, rows)
 	}
@@ -157,9 +151,9 @@ func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
 	}
 	t := newTable(c.stdout, head, "REQUESTS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
 	for _, row := range r.Rows {
-		t.row(append(append([]string{orNone(key(row))}, row.cells()...), usd(row.Cost))...)
+		t.row(append(append([]string{orNone(key(row))}, cells(row.totals)...), usd(row.Cost))...)
 	}
-	t.row(append(append([]string{"total"}, r.Total.cells()...), usd(r.Total.Cost))...)
+	t.row(append(append([]string{"total"}, cells(r.Total)...), usd(r.Total.Cost))...)
 	return t.flush()
 }
 
@@ -194,7 +188,7 @@ func (c *cli) listEvents(f *flags, events []usage.Event, asCSV bool) error {
 	var sum totals
 	t := newTable(c.stdout, "STARTED", "GENERATION", "MODEL", "STATUS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
 	for _, e := range events {
-		if err := sum.add(e); err != nil {
+		if err := addEvent(&sum, e); err != nil {
 			return err
 		}
 		t.row(shortTime(e.StartedAt), e.GenerationID, orNone(e.Model), string(e.Status),

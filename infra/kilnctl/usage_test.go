@@ -13,7 +13,8 @@ import (
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
-// seed records events the way the gateway does: a lease from Admit, then Settle.
+// seed records events the way the gateway does, a lease from Admit, then Settle, and folds them
+// into the aggregates as the usage pipeline does.
 func seed(t *testing.T, st store.Store, events []usage.Event) {
 	t.Helper()
 	ctx := context.Background()
@@ -23,6 +24,10 @@ func seed(t *testing.T, st store.Store, events []usage.Event) {
 			t.Fatal(err)
 		}
 		if _, err := st.Settle(ctx, store.Settlement{Lease: lease, Event: ev, Now: ev.StartedAt.Add(time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+		// The usage pipeline's fold, as the in-process bus or the aggregator runs it.
+		if err := usage.NewAggregator(st).Record(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -29,6 +29,7 @@ type Config struct {
 	EventBus         string        // KILN_EVENT_BUS
 	EventBridgeURL   string        // KILN_EVENTBRIDGE_ENDPOINT
 	SQSURL           string        // KILN_SQS_ENDPOINT
+	UsageSweep       time.Duration // KILN_USAGE_SWEEP: how often unacknowledged usage events are published again
 	Region           string        // AWS_REGION
 	Simulator        string        // KILN_SIMULATOR_ADDR: start the built-in model simulator there ("" = don't)
 	ConnectTimeout   time.Duration // KILN_BACKEND_CONNECT_TIMEOUT
@@ -74,6 +75,7 @@ func Load(getenv func(string) string) (Config, error) {
 		EventBus:         getenv("KILN_EVENT_BUS"),
 		EventBridgeURL:   getenv("KILN_EVENTBRIDGE_ENDPOINT"),
 		SQSURL:           getenv("KILN_SQS_ENDPOINT"),
+		UsageSweep:       dur("KILN_USAGE_SWEEP", time.Minute),
 		Region:           getenv("AWS_REGION"),
 		Simulator:        getenv("KILN_SIMULATOR_ADDR"),
 		ConnectTimeout:   dur("KILN_BACKEND_CONNECT_TIMEOUT", 10*time.Second),

@@ -27,37 +27,54 @@ const (
 	DetailType = "usage.recorded"
 )
 
-// Recorder takes each valid usage event. It is the seam of the usage pipeline's aggregation
-// (issue 5): the fold into per organization × day × model rollups, idempotent by generation id,
-// implements it. An error makes the message a batch item failure, to be delivered again.
+// Recorder takes each valid usage event: usage.Aggregator, the fold into per organization × day ×
+// model and per month roll-ups, idempotent by generation id. An error makes the message a batch
+// item failure, to be delivered again.
 type Recorder interface {
 	Record(ctx context.Context, e usage.Event) error
 }
 
-// LogRecorder is the Recorder until the aggregation fold exists: it logs each event and accepts
-// it, so the queue drains and nothing is aggregated. The ledger and the per-request usage records
-// are written by the gateway's settlement, not here, so no money is lost meanwhile; the daily
-// rollups are what is missing.
-type LogRecorder struct {
-	Log *slog.Logger
-}
-
-// Record logs e and accepts it.
-func (l LogRecorder) Record(ctx context.Context, e usage.Event) error {
-	l.Log.LogAttrs(ctx, slog.LevelInfo, "usage event accepted, not aggregated (no aggregation in this build)",
-		slog.String("generation_id", e.GenerationID),
-		slog.String("org_id", e.OrgID),
-		slog.String("model", e.Model),
-		slog.String("day", e.Day()),
-		slog.String("cost", e.Cost.String()),
-	)
-	return nil
-}
-
-// Handler processes SQS batches of usage events.
+// Handler processes SQS batches of usage events, and the scheduled sweep of the outbox.
 type Handler struct {
-	rec Recorder
-	log *slog.Logger
+	rec   Recorder
+	log   *slog.Logger
+	sweep func(ctx context.Context) (int, error)
+}
+
+// WithSweep makes Invoke answer EventBridge Scheduler's or a schedule rule's invocations by
+// running sweep: the usage publisher's pass over the outbox (publish.Publisher.Sweep).
+func (h *Handler) WithSweep(sweep func(ctx context.Context) (int, error)) *Handler {
+	h.sweep = sweep
+	return h
+}
+
+// Invoke is the function's entry point: an SQS batch (Records) goes to Handle; a scheduled
+// event runs the sweep. Anything else is an error, so that a misrouted trigger is noticed.
+func (h *Handler) Invoke(ctx context.Context, payload json.RawMessage) (any, error) {
+	var probe struct {
+		Records    []json.RawMessage `json:"Records"`
+		Source     string            `json:"source"`
+		DetailType string            `json:"detail-type"`
+	}
+	if err := json.Unmarshal(payload, &probe); err != nil {
+		return nil, fmt.Errorf("invocation payload: %w", err)
+	}
+	switch {
+	case probe.Records != nil:
+		var batch events.SQSEvent
+		if err := json.Unmarshal(payload, &batch); err != nil {
+			return nil, fmt.Errorf("SQS batch: %w", err)
+		}
+		return h.Handle(ctx, batch)
+	case probe.Source == "aws.events" && probe.DetailType == "Scheduled Event" && h.sweep != nil:
+		n, err := h.sweep(ctx)
+		h.log.LogAttrs(ctx, slog.LevelInfo, "usage sweep", slog.Int("published", n))
+		if err != nil {
+			return nil, err
+		}
+		return map[string]int{"published": n}, nil
+	}
+	return nil, fmt.Errorf("unexpected invocation (source %q, detail-type %q)", probe.Source, probe.DetailType)
 }
 
 // New returns a Handler that hands valid events to rec. A nil log discards.

@@ -74,6 +74,23 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 		defer stop()
 	}
 
+	pub, err := NewPublisher(ctx, cfg, st, log)
+	if err != nil {
+		return err
+	}
+	pubCtx, stopPublishing := context.WithCancel(context.WithoutCancel(ctx))
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		pub.Run(pubCtx, 5*time.Second)
+	}()
+	// After the gateway: every settlement has handed its event over by then. What the drain
+	// does not publish stays in the outbox for the next start's sweep.
+	defer func() {
+		stopPublishing()
+		<-published
+	}()
+
 	gw, err := gateway.New(gateway.Options{
 		Store:   st,
 		Catalog: cat,
@@ -83,6 +100,7 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 			Getenv:         getenv,
 		}),
 		Logger:             log,
+		Publish:            pub.Enqueue,
 		SettleInBackground: true,
 		MaxBody:            cfg.MaxBody,
 		Keepalive:          cfg.Keepalive,

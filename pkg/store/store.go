@@ -85,7 +85,7 @@ type AdmitRequest struct {
 }
 
 // Settlement ends a request: it releases the lease, debits Event.Cost from the organization's
-// balance once per generation id, and records the event.
+// balance once per generation id, and records the event, unpublished (see Outbox).
 type Settlement struct {
 	Lease Lease
 	Event usage.Event
@@ -171,9 +171,44 @@ type Admin interface {
 	SetMaintenance(ctx context.Context, m Maintenance) error
 }
 
+// EventRef names one recorded usage event.
+type EventRef struct {
+	OrgID        string
+	GenerationID string
+}
+
+// Outbox is the usage records seen as the outbox of the usage pipeline: Settle records every
+// event as unpublished, in the same transaction as the debit, and it stays so until a publisher
+// has had it acknowledged by the bus. An event is therefore never lost between settlement and
+// the bus: whatever a crash, a full queue or a failing bus left unpublished, the sweep finds here.
+type Outbox interface {
+	// Unpublished lists up to limit events settled before before whose publication has not been
+	// acknowledged, oldest settlement first.
+	Unpublished(ctx context.Context, before time.Time, limit int) ([]usage.Event, error)
+	// MarkPublished records that the bus acknowledged these events. Events already marked, or
+	// not recorded at all, are skipped without error.
+	MarkPublished(ctx context.Context, refs []EventRef) error
+}
+
+// Aggregates is the storage of the usage roll-ups that usage.Aggregator folds events into.
+type Aggregates interface {
+	// Fold writes the marker of d's generation id and adds d's totals to its organization's
+	// day × model and month roll-ups, in one transaction. When the marker already exists it
+	// changes nothing and reports applied false: redeliveries and replays are harmless.
+	Fold(ctx context.Context, d usage.Delta) (applied bool, err error)
+	// DailyRollups lists an organization's day × model roll-ups for the UTC days from..to
+	// ("2026-11-01", both included), by day then model.
+	DailyRollups(ctx context.Context, orgID, fromDay, toDay string) ([]usage.Rollup, error)
+	// MonthlyRollups lists an organization's month roll-ups for the UTC months from..to
+	// ("2026-11", both included), by month.
+	MonthlyRollups(ctx context.Context, orgID, fromMonth, toMonth string) ([]usage.Rollup, error)
+}
+
 // Store is a complete store.
 type Store interface {
 	Gateway
 	Admin
+	Outbox
+	Aggregates
 	Close() error
 }

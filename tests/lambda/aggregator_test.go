@@ -1,19 +1,37 @@
 package lambda
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
+	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // TestAggregatorPartialBatch invokes the built aggregator with SQS batches of usage events and
-// checks that exactly the undecodable and invalid messages come back as batch item failures.
+// checks that exactly the undecodable and invalid messages come back as batch item failures, and
+// that the valid ones are folded into the aggregates table once, however often they come.
 func TestAggregatorPartialBatch(t *testing.T) {
-	fn := startFunction(t, "aggregator", "KILN_LOG_LEVEL=info")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ddb, err := dynamotest.StartDynamoDBLocal(ctx)
+	if err != nil {
+		t.Fatalf("cannot start DynamoDB Local: %v", err)
+	}
+	t.Cleanup(ddb.Stop)
+	cfg := ddb.Config()
+	st := ddb.OpenStore(t, cfg)
+	fn := startFunction(t, "aggregator", "KILN_LOG_LEVEL=info",
+		"KILN_DYNAMODB_ENDPOINT="+ddb.Endpoint, "KILN_TABLE_PREFIX="+cfg.TablePrefix)
 	sample, err := os.ReadFile(filepath.Join(repoRoot, "events", "sqs-usage-batch.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -54,5 +72,16 @@ func TestAggregatorPartialBatch(t *testing.T) {
 				t.Errorf("failed ids %v, want %v", got, tc.failed)
 			}
 		})
+	}
+
+	// The two valid events, folded once although they came twice.
+	rollups, err := st.DailyRollups(ctx, "org_acme", "2026-11-29", "2026-11-29")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []usage.Rollup{{OrgID: "org_acme", Day: "2026-11-29", Model: "gpt-oss-120b", Totals: usage.Totals{
+		Requests: 2, PromptTokens: 14, CompletionTokens: 19, Cost: money.Amount(1_820_000)}}}
+	if !reflect.DeepEqual(rollups, want) {
+		t.Errorf("aggregates %+v, want %+v", rollups, want)
 	}
 }

@@ -1,4 +1,4 @@
-// Package dynamo is the DynamoDB store: the same store.Store the embedded SQLite store is, on four
+// Package dynamo is the DynamoDB store: the same store.Store the embedded SQLite store is, on five
 // DynamoDB tables, for the gateway on AWS Lambda and for kilnctl against production.
 //
 // Each request costs two round trips on the hot path: Admit is one TransactWriteItems that checks
@@ -32,7 +32,7 @@ const DefaultTablePrefix = "kiln-"
 // Config says where the tables are.
 type Config struct {
 	// TablePrefix is prepended to the table names: "kiln-" makes kiln-orgs, kiln-keys,
-	// kiln-ledger and kiln-usage. Empty means DefaultTablePrefix.
+	// kiln-ledger, kiln-usage and kiln-aggregates. Empty means DefaultTablePrefix.
 	TablePrefix string
 	// Endpoint overrides the DynamoDB endpoint (DynamoDB Local, moto). Empty means AWS.
 	Endpoint string
@@ -50,6 +50,9 @@ type Tables struct {
 	Keys   string // API keys by SHA-256 hash, and key-ID claims
 	Ledger string // every change to a balance
 	Usage  string // one item per settled request
+	// Aggregates holds the usage roll-ups and the fold's generation markers; only the
+	// aggregator (and the in-process bus off Lambda) writes it.
+	Aggregates string
 }
 
 // TableNames returns the table names for a prefix ("" means DefaultTablePrefix).
@@ -57,7 +60,8 @@ func TableNames(prefix string) Tables {
 	if prefix == "" {
 		prefix = DefaultTablePrefix
 	}
-	return Tables{Orgs: prefix + "orgs", Keys: prefix + "keys", Ledger: prefix + "ledger", Usage: prefix + "usage"}
+	return Tables{Orgs: prefix + "orgs", Keys: prefix + "keys", Ledger: prefix + "ledger", Usage: prefix + "usage",
+		Aggregates: prefix + "aggregates"}
 }
 
 // Store is the DynamoDB store. It keeps no state between calls besides the client, so any number

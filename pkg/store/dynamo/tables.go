@@ -51,10 +51,19 @@ func TableDefinitions(t Tables) []*dynamodb.CreateTableInput {
 			KeySchema:            key("org_id", "entry_id"),
 		},
 		{
-			TableName:              aws.String(t.Usage),
-			AttributeDefinitions:   []types.AttributeDefinition{attr("org_id", s), attr("generation_id", s), attr("started_at", n)},
-			KeySchema:              key("org_id", "generation_id"),
-			GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{index(UsageByStartIndex, "org_id", "started_at")},
+			TableName: aws.String(t.Usage),
+			AttributeDefinitions: []types.AttributeDefinition{attr("org_id", s), attr("generation_id", s), attr("started_at", n),
+				attr("unpublished", s), attr("settled_at", n)},
+			KeySchema: key("org_id", "generation_id"),
+			GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{
+				index(UsageByStartIndex, "org_id", "started_at"),
+				index(UsageUnpublishedIndex, "unpublished", "settled_at"),
+			},
+		},
+		{
+			TableName:            aws.String(t.Aggregates),
+			AttributeDefinitions: []types.AttributeDefinition{attr("pk", s), attr("sk", s)},
+			KeySchema:            key("pk", "sk"),
 		},
 	}
 }

@@ -76,6 +76,48 @@ CREATE TABLE maintenance (
 	until INTEGER
 ) STRICT;
 `,
+	// 2: the usage records become the outbox of the usage pipeline, and the aggregates.
+	`
+-- When the bus has not yet acknowledged a usage event: its settlement time (Unix ns); NULL once
+-- published. Events recorded before this version had no bus and no aggregates: they start out
+-- unpublished, so that the first sweep folds them in.
+ALTER TABLE usage ADD COLUMN unpublished_since INTEGER;
+UPDATE usage SET unpublished_since = started_at;
+CREATE INDEX usage_unpublished ON usage (unpublished_since, org_id, generation_id)
+	WHERE unpublished_since IS NOT NULL;
+
+-- The aggregates (usage.Aggregator): one marker per folded generation id, written in the same
+-- transaction as the additions, so that a replay changes nothing.
+CREATE TABLE rollup_marks (
+	org_id        TEXT NOT NULL,
+	generation_id TEXT NOT NULL,
+	day           TEXT NOT NULL,
+	PRIMARY KEY (org_id, generation_id)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE rollup_days (
+	org_id            TEXT NOT NULL,
+	day               TEXT NOT NULL, -- UTC YYYY-MM-DD
+	model             TEXT NOT NULL,
+	requests          INTEGER NOT NULL,
+	prompt_tokens     INTEGER NOT NULL,
+	cached_tokens     INTEGER NOT NULL,
+	completion_tokens INTEGER NOT NULL,
+	cost              INTEGER NOT NULL, -- picodollars
+	PRIMARY KEY (org_id, day, model)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE rollup_months (
+	org_id            TEXT NOT NULL,
+	month             TEXT NOT NULL, -- UTC YYYY-MM
+	requests          INTEGER NOT NULL,
+	prompt_tokens     INTEGER NOT NULL,
+	cached_tokens     INTEGER NOT NULL,
+	completion_tokens INTEGER NOT NULL,
+	cost              INTEGER NOT NULL,
+	PRIMARY KEY (org_id, month)
+) STRICT, WITHOUT ROWID;
+`,
 }
 
 // migrate brings the schema up to date in one write transaction, so that two processes opening a

@@ -69,7 +69,7 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 		res, err = tx.StmtContext(ctx, s.st.settleUsage).ExecContext(ctx,
 			e.OrgID, e.GenerationID, e.Version, e.KeyID, e.Model, e.Endpoint, e.Stream, string(e.Status),
 			e.HTTPStatus, e.FinishReason, e.PromptTokens, e.CachedTokens, e.CompletionTokens, int64(e.Cost),
-			e.Estimated, started, e.TTFTMillis, e.DurationMillis, e.Backend)
+			e.Estimated, started, e.TTFTMillis, e.DurationMillis, e.Backend, now)
 		if err != nil {
 			return err
 		}

@@ -62,8 +62,8 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 			WHERE org_id = ? AND holder_id = ? AND expires_at > ?`},
 
 		{w, &st.settleRelease, `DELETE FROM leases WHERE org_id = ? AND holder_id = ?`},
-		{w, &st.settleUsage, `INSERT INTO usage (` + usageColumns + `)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
+		{w, &st.settleUsage, `INSERT INTO usage (` + usageColumns + `, unpublished_since)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
 		{w, &st.settleLedger, `INSERT INTO ledger (org_id, id, kind, amount, note, at)
 			VALUES (?, ?, 'debit', ?, ?, ?)`},
 		{w, &st.settleDebit, `UPDATE orgs SET balance = balance - ?1 WHERE id = ?2

@@ -54,6 +54,8 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opt Optio
 		{"NegativeBalanceInFlight", testNegativeBalance},
 		{"Generation", testGeneration},
 		{"Usage", testUsage},
+		{"Outbox", testOutbox},
+		{"Aggregates", testAggregates},
 		{"SlotsRace", func(t *testing.T, s store.Store) { RaceSlotsCycles(t, opt.RaceCycles, s) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

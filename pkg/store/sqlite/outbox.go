@@ -1,0 +1,151 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/usage"
+)
+
+// Unpublished lists up to limit events settled before before and not yet acknowledged by the
+// bus, oldest settlement first, from a partial index that holds only those.
+func (s *Store) Unpublished(ctx context.Context, before time.Time, limit int) ([]usage.Event, error) {
+	b, err := nanos("before", before)
+	if err != nil {
+		return nil, fmt.Errorf("unpublished events: %w", err)
+	}
+	if limit <= 0 {
+		return nil, nil
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT `+usageColumns+` FROM usage
+		WHERE unpublished_since IS NOT NULL AND unpublished_since < ?
+		ORDER BY unpublished_since, org_id, generation_id LIMIT ?`, b, limit)
+	if err != nil {
+		return nil, fmt.Errorf("unpublished events: %w", err)
+	}
+	defer rows.Close()
+	var events []usage.Event
+	for rows.Next() {
+		e, err := scanEvent(rows)
+		if err != nil {
+			return nil, fmt.Errorf("unpublished events: %w", err)
+		}
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("unpublished events: %w", err)
+	}
+	return events, nil
+}
+
+// MarkPublished clears the unpublished mark of these events, in one transaction.
+func (s *Store) MarkPublished(ctx context.Context, refs []store.EventRef) error {
+	if len(refs) == 0 {
+		return nil
+	}
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		for _, r := range refs {
+			if _, err := tx.ExecContext(ctx, `UPDATE usage SET unpublished_since = NULL
+				WHERE org_id = ? AND generation_id = ? AND unpublished_since IS NOT NULL`, r.OrgID, r.GenerationID); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mark %d events published: %w", len(refs), err)
+	}
+	return nil
+}
+
+// Fold writes d's marker and adds d to its day × model and month roll-ups in one transaction;
+// a marker already there changes nothing. A cost sum beyond an int64 of picodollars fails (SQLite
+// would turn it into a REAL, which the STRICT table refuses).
+func (s *Store) Fold(ctx context.Context, d usage.Delta) (bool, error) {
+	if d.OrgID == "" || d.GenerationID == "" || d.Day == "" || d.Month == "" {
+		return false, fmt.Errorf("fold %s of %s: incomplete delta", d.GenerationID, d.OrgID)
+	}
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `INSERT INTO rollup_marks (org_id, generation_id, day)
+			VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, d.OrgID, d.GenerationID, d.Day)
+		if err != nil {
+			return err
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return errApplied
+		}
+		t := d.Totals
+		if _, err := tx.ExecContext(ctx, `INSERT INTO rollup_days (org_id, day, model, requests,
+			prompt_tokens, cached_tokens, completion_tokens, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (org_id, day, model) DO UPDATE SET requests = requests + excluded.requests,
+			prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+			cached_tokens = cached_tokens + excluded.cached_tokens,
+			completion_tokens = completion_tokens + excluded.completion_tokens,
+			cost = cost + excluded.cost`,
+			d.OrgID, d.Day, d.Model, t.Requests, t.PromptTokens, t.CachedTokens, t.CompletionTokens, int64(t.Cost)); err != nil {
+			return err
+		}
+		_, err = tx.ExecContext(ctx, `INSERT INTO rollup_months (org_id, month, requests,
+			prompt_tokens, cached_tokens, completion_tokens, cost) VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (org_id, month) DO UPDATE SET requests = requests + excluded.requests,
+			prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+			cached_tokens = cached_tokens + excluded.cached_tokens,
+			completion_tokens = completion_tokens + excluded.completion_tokens,
+			cost = cost + excluded.cost`,
+			d.OrgID, d.Month, t.Requests, t.PromptTokens, t.CachedTokens, t.CompletionTokens, int64(t.Cost))
+		return err
+	})
+	if errors.Is(err, errApplied) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("fold %s of %s: %w", d.GenerationID, d.OrgID, err)
+	}
+	return true, nil
+}
+
+// DailyRollups lists an organization's day × model roll-ups for the days from..to, by day then
+// model.
+func (s *Store) DailyRollups(ctx context.Context, orgID, fromDay, toDay string) ([]usage.Rollup, error) {
+	rollups, err := s.rollups(ctx, orgID, `SELECT day, '', model, requests, prompt_tokens, cached_tokens,
+		completion_tokens, cost FROM rollup_days WHERE org_id = ? AND day BETWEEN ? AND ? ORDER BY day, model`,
+		fromDay, toDay)
+	if err != nil {
+		return nil, fmt.Errorf("daily roll-ups of %s: %w", orgID, err)
+	}
+	return rollups, nil
+}
+
+// MonthlyRollups lists an organization's month roll-ups for the months from..to, by month.
+func (s *Store) MonthlyRollups(ctx context.Context, orgID, fromMonth, toMonth string) ([]usage.Rollup, error) {
+	rollups, err := s.rollups(ctx, orgID, `SELECT '', month, '', requests, prompt_tokens, cached_tokens,
+		completion_tokens, cost FROM rollup_months WHERE org_id = ? AND month BETWEEN ? AND ? ORDER BY month`,
+		fromMonth, toMonth)
+	if err != nil {
+		return nil, fmt.Errorf("monthly roll-ups of %s: %w", orgID, err)
+	}
+	return rollups, nil
+}
+
+func (s *Store) rollups(ctx context.Context, orgID, query, from, to string) ([]usage.Rollup, error) {
+	var out []usage.Rollup
+	err := s.list(ctx, orgID, func(rows *sql.Rows) error {
+		r := usage.Rollup{OrgID: orgID}
+		var cost int64
+		if err := rows.Scan(&r.Day, &r.Month, &r.Model, &r.Requests, &r.PromptTokens, &r.CachedTokens,
+			&r.CompletionTokens, &cost); err != nil {
+			return err
+		}
+		r.Cost = money.Amount(cost)
+		out = append(out, r)
+		return nil
+	}, query, orgID, from, to)
+	return out, err
+}
+
+var _ store.Store = (*Store)(nil)

@@ -1,0 +1,129 @@
+package usage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/money"
+)
+
+// Totals are what a roll-up counts. Cost is an exact sum of picodollars.
+type Totals struct {
+	Requests         int64        `json:"requests"`
+	PromptTokens     int64        `json:"prompt_tokens"`
+	CachedTokens     int64        `json:"cached_tokens"`
+	CompletionTokens int64        `json:"completion_tokens"`
+	Cost             money.Amount `json:"cost"`
+}
+
+// Add adds o to t, exactly; an overflowing cost is an error and leaves t unchanged.
+func (t *Totals) Add(o Totals) error {
+	cost, err := t.Cost.Add(o.Cost)
+	if err != nil {
+		return err
+	}
+	t.Requests += o.Requests
+	t.PromptTokens += o.PromptTokens
+	t.CachedTokens += o.CachedTokens
+	t.CompletionTokens += o.CompletionTokens
+	t.Cost = cost
+	return nil
+}
+
+// TotalsOf is one event's contribution to a roll-up.
+func TotalsOf(e Event) Totals {
+	return Totals{Requests: 1, PromptTokens: e.PromptTokens, CachedTokens: e.CachedTokens,
+		CompletionTokens: e.CompletionTokens, Cost: e.Cost}
+}
+
+// Month is the UTC calendar month ("2026-11") an event is aggregated under.
+func (e Event) Month() string { return e.StartedAt.UTC().Format("2006-01") }
+
+// Delta is what folding one event changes: its totals added to the organization's roll-up of its
+// UTC day and model and to that of its UTC month, once per generation id.
+type Delta struct {
+	OrgID        string
+	GenerationID string
+	Day          string // "2026-11-29"
+	Month        string // "2026-11"
+	Model        string
+	Totals
+}
+
+// DeltaOf is the delta of one event.
+func DeltaOf(e Event) Delta {
+	return Delta{OrgID: e.OrgID, GenerationID: e.GenerationID, Day: e.Day(), Month: e.Month(), Model: e.Model, Totals: TotalsOf(e)}
+}
+
+// Rollup is one row of the aggregates: an organization's totals for one UTC day and model
+// (Day and Model set) or for one UTC month (Month set).
+type Rollup struct {
+	OrgID string `json:"org_id"`
+	Day   string `json:"day,omitempty"`
+	Month string `json:"month,omitempty"`
+	Model string `json:"model"`
+	Totals
+}
+
+// folder is the storage of the aggregates; both stores implement it (store.Aggregates). Fold
+// writes a marker for the generation id and adds the delta to both roll-ups in one transaction;
+// when the marker exists, nothing changes and it reports applied false.
+type folder interface {
+	Fold(ctx context.Context, d Delta) (applied bool, err error)
+}
+
+// Aggregator folds usage events into per organization × UTC day × model and per organization ×
+// UTC month roll-ups (requests, tokens, exact cost), idempotent by generation id: a redelivered
+// or reordered event changes nothing, because the marker of its generation id is written in the
+// same transaction as the additions. It is the ingest.Recorder of the aggregator function and of
+// the in-process bus.
+type Aggregator struct {
+	store folder
+}
+
+// NewAggregator returns an Aggregator on store.
+func NewAggregator(store folder) *Aggregator {
+	return &Aggregator{store: store}
+}
+
+// Record folds e once.
+func (a *Aggregator) Record(ctx context.Context, e Event) error {
+	_, err := a.Fold(ctx, e)
+	return err
+}
+
+// Fold folds e and reports whether it changed the aggregates (false for a generation already
+// folded).
+func (a *Aggregator) Fold(ctx context.Context, e Event) (bool, error) {
+	switch {
+	case e.OrgID == "" || e.GenerationID == "":
+		return false, errors.New("fold: event without organization or generation id")
+	case e.StartedAt.IsZero():
+		return false, fmt.Errorf("fold %s: no start time", e.GenerationID)
+	case e.Cost < 0:
+		return false, fmt.Errorf("fold %s: negative cost", e.GenerationID)
+	}
+	applied, err := a.store.Fold(ctx, DeltaOf(e))
+	if err != nil {
+		return false, err // the store names the generation
+	}
+	return applied, nil
+}
+
+// DayRange checks two UTC days ("2026-11-01") for a roll-up query: both valid, from ≤ to.
+func DayRange(from, to string) error {
+	f, err := time.Parse(time.DateOnly, from)
+	if err != nil {
+		return fmt.Errorf("day %q: want YYYY-MM-DD", from)
+	}
+	t, err := time.Parse(time.DateOnly, to)
+	if err != nil {
+		return fmt.Errorf("day %q: want YYYY-MM-DD", to)
+	}
+	if t.Before(f) {
+		return fmt.Errorf("day range %s..%s is empty", from, to)
+	}
+	return nil
+}
