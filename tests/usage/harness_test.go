@@ -260,13 +260,14 @@ func sleep(ctx context.Context, d time.Duration) {
 // other PutEvents with a 500, and the others by forwarding only every second entry and
 // reporting the rest refused (FailedEntryCount, ErrorCode), as EventBridge does under trouble.
 type faultyBus struct {
-	srv     *httptest.Server
-	target  *url.URL
-	proxy   *httputil.ReverseProxy
-	failing atomic.Bool
-	calls   atomic.Int64
-	errors  atomic.Int64 // calls answered 500
-	refused atomic.Int64 // entries reported failed
+	srv          *httptest.Server
+	target       *url.URL
+	proxy        *httputil.ReverseProxy
+	failing      atomic.Bool
+	calls        atomic.Int64
+	failingCalls atomic.Int64 // PutEvents calls while failing
+	errors       atomic.Int64 // calls answered 500
+	refused      atomic.Int64 // entries reported failed
 }
 
 func newFaultyBus(t *testing.T, target string) *faultyBus {
@@ -281,13 +282,14 @@ func newFaultyBus(t *testing.T, target string) *faultyBus {
 }
 
 func (f *faultyBus) serve(w http.ResponseWriter, r *http.Request) {
-	n := f.calls.Add(1)
-
+	f.calls.Add(1)
 	if !f.failing.Load() || r.Header.Get("X-Amz-Target") != "AWSEvents.PutEvents" {
 		f.proxy.ServeHTTP(w, r)
 		return
 	}
-	if n%2 == 0 {
+	// Calls alternate between the two faults from the first failing one on, so that both show
+	// however few calls the failing window sees.
+	if f.failingCalls.Add(1)%2 == 0 {
 		f.errors.Add(1)
 		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
 		w.WriteHeader(http.StatusInternalServerError)
@@ -303,10 +305,22 @@ func (f *faultyBus) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var forward []json.RawMessage
+	// Every second entry is refused; a lone entry is refused too.
+	keep := func(i int) bool { return i%2 == 0 && len(in.Entries) > 1 }
 	for i, e := range in.Entries {
-		if i%2 == 0 {
+		if keep(i) {
 			forward = append(forward, e)
 		}
+	}
+	if len(forward) == 0 {
+		entries := make([]map[string]any, len(in.Entries))
+		for i := range entries {
+			entries[i] = map[string]any{"ErrorCode": "InternalFailure", "ErrorMessage": "injected by the test"}
+		}
+		f.refused.Add(int64(len(entries)))
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		json.NewEncoder(w).Encode(map[string]any{"FailedEntryCount": len(entries), "Entries": entries})
+		return
 	}
 	fwdBody, _ := json.Marshal(map[string]any{"Entries": forward})
 	req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, f.target.String()+r.URL.Path, bytes.NewReader(fwdBody))
@@ -329,7 +343,7 @@ func (f *faultyBus) serve(w http.ResponseWriter, r *http.Request) {
 	entries := make([]map[string]any, len(in.Entries))
 	failed := 0
 	for i := range in.Entries {
-		if i%2 == 0 {
+		if keep(i) {
 			entries[i] = out.Entries[i/2]
 		} else {
 			failed++

@@ -437,7 +437,12 @@ func TestPipeline(t *testing.T) {
 	// 2. The bus fails: half the calls answer 500, the others refuse half their entries.
 	bus.failing.Store(true)
 	load(t, g, tenants, failing, 6, rng)
-	time.Sleep(2 * time.Second) // long enough for the workers to give up on some events
+	// Keep failing until both faults have bitten and the workers have given up on some events
+	// (a loaded machine may see few PutEvents calls in a fixed window).
+	for deadline := time.Now().Add(30 * time.Second); (bus.errors.Load() == 0 || bus.refused.Load() == 0) && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(2 * time.Second)
 	left, err := st.Unpublished(t.Context(), time.Now().Add(time.Hour), 1000)
 	if err != nil {
 		t.Fatal(err)
