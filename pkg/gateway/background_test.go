@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,5 +93,29 @@ func TestSettlementRetried(t *testing.T) {
 	h.waitIdle("org_flaky")
 	if got := h.balance("org_flaky").String(); got != "0.999998845" {
 		t.Errorf("balance %s, want exactly one debit", got)
+	}
+}
+
+// TestGenerationRightAfterTheResponse: GET /v1/generation answers from the moment the response
+// ended, even while its settlement is still running; another organization still gets 404.
+func TestGenerationRightAfterTheResponse(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, config{
+		gateway:   func(o *Options) { o.SettleInBackground = true },
+		wrapStore: func(s store.Gateway) store.Gateway { return slowSettle{s, 300 * time.Millisecond} },
+	})
+	key, _ := h.newOrg("org_fast", "1", 8)
+	otherKey, _ := h.newOrg("org_other", "1", 8)
+	r := h.do(req{path: "/v1/chat/completions", body: chatBody("gpt-oss-120b", "one two three four five six seven eight nine", `"max_tokens":12`), key: key})
+	if r.status != 200 {
+		t.Fatalf("status %d", r.status)
+	}
+	other := h.do(req{method: "GET", path: "/v1/generation?id=" + r.genID(), key: otherKey})
+	if other.status != 404 {
+		t.Errorf("another organization: %d, want 404", other.status)
+	}
+	g := h.do(req{method: "GET", path: "/v1/generation?id=" + r.genID(), key: key})
+	if g.status != 200 || !strings.Contains(string(g.body), `"cost":"0.000001155"`) {
+		t.Fatalf("right after the response: %d %s", g.status, g.body)
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +62,7 @@ type Gateway struct {
 	modelsList []byte
 	modelByID  map[string][]byte
 	settling   atomic.Int64 // settlements running in the background
+	unsettled  sync.Map     // generation id → *pending, from admission to the end of settlement
 }
 
 // New builds a Gateway.

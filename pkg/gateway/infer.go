@@ -88,6 +88,7 @@ func (g *Gateway) infer(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 		},
 	}
 	g.renewLeases(x)
+	g.unsettled.Store(genID, &pending{orgID: p.OrgID, done: make(chan struct{})})
 	defer func() {
 		if !g.opt.SettleInBackground {
 			x.settle(ctx)
@@ -314,14 +315,46 @@ func (x *exchange) settle(reqCtx context.Context) {
 		// What the log line holds is all there is left of this request's bill: it carries every
 		// field of the event, so that it can be replayed into the store by hand.
 		g.log.LogAttrs(ctx, slog.LevelError, "settlement abandoned", append(attrs, slog.String("error", err.Error()))...)
+		g.settled(x.event.GenerationID)
 		return
 	}
 	if res.AlreadyApplied {
 		attrs = append(attrs, slog.Bool("already_applied", true))
 	}
 	g.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+	g.settled(x.event.GenerationID)
 	if g.opt.Publish != nil && !res.AlreadyApplied {
 		g.opt.Publish(ctx, x.event)
+	}
+}
+
+// pending is a request admitted by this process and not yet settled.
+type pending struct {
+	orgID string
+	done  chan struct{} // closed once settled (or abandoned)
+}
+
+// settled marks a generation as settled for anyone waiting on it.
+func (g *Gateway) settled(generationID string) {
+	if v, ok := g.unsettled.LoadAndDelete(generationID); ok {
+		close(v.(*pending).done)
+	}
+}
+
+// awaitSettlement waits, for at most max, until a generation this process is still settling has
+// been settled, so that GET /v1/generation answers from the moment the response ended. Only the
+// organization's own requests are waited for.
+func (g *Gateway) awaitSettlement(ctx context.Context, orgID, generationID string, max time.Duration) {
+	v, ok := g.unsettled.Load(generationID)
+	if !ok || v.(*pending).orgID != orgID {
+		return
+	}
+	t := time.NewTimer(max)
+	defer t.Stop()
+	select {
+	case <-v.(*pending).done:
+	case <-t.C:
+	case <-ctx.Done():
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/store"
@@ -103,6 +104,7 @@ func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Pri
 		writeError(w, invalid("id", "missing_required_parameter", "Missing required query parameter: 'id'."))
 		return
 	}
+	g.awaitSettlement(r.Context(), p.OrgID, id, 5*time.Second)
 	ev, err := g.opt.Store.Generation(r.Context(), p.OrgID, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
