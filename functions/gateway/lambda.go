@@ -9,7 +9,6 @@ import (
 	"github.com/neocloud/kiln/pkg/gateway"
 	"github.com/neocloud/kiln/pkg/lambdaserve"
 	"github.com/neocloud/kiln/pkg/local"
-	"github.com/neocloud/kiln/pkg/upstream"
 )
 
 // lambdaHandler wires the gateway for Lambda. It runs in the init phase, so it does only what
@@ -35,22 +34,9 @@ func lambdaHandler(ctx context.Context, cfg config.Config, getenv func(string) s
 		st.Close()
 		return nil, err
 	}
-	gw, err := gateway.New(gateway.Options{
-		Store:   st,
-		Catalog: cat,
-		Upstream: upstream.New(cat, upstream.Options{
-			ConnectTimeout: cfg.ConnectTimeout,
-			HeaderTimeout:  cfg.HeaderTimeout,
-			Getenv:         getenv,
-		}),
-		Logger:        log,
-		Publish:       pub.PublishNow,
-		MaxBody:       cfg.MaxBody,
-		Keepalive:     cfg.Keepalive,
-		LeaseTTL:      cfg.LeaseTTL,
-		CacheTTL:      cfg.CacheTTL,
-		SettleReserve: cfg.SettleReserve,
-	})
+	opt := local.GatewayOptions(cfg, cat, st, getenv, log)
+	opt.Publish = pub.PublishNow
+	gw, err := gateway.New(opt)
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -91,23 +91,11 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 		<-published
 	}()
 
-	gw, err := gateway.New(gateway.Options{
-		Store:   st,
-		Catalog: cat,
-		Upstream: upstream.New(cat, upstream.Options{
-			ConnectTimeout: cfg.ConnectTimeout,
-			HeaderTimeout:  cfg.HeaderTimeout,
-			Getenv:         getenv,
-		}),
-		Logger:             log,
-		Publish:            pub.Enqueue,
-		SettleInBackground: true,
-		MaxBody:            cfg.MaxBody,
-		Keepalive:          cfg.Keepalive,
-		LeaseTTL:           cfg.LeaseTTL,
-		CacheTTL:           cfg.CacheTTL,
-		SettleReserve:      cfg.SettleReserve,
-	})
+	opt := GatewayOptions(cfg, cat, st, getenv, log)
+	opt.Publish = pub.Enqueue
+	// Off Lambda the process outlives its requests: settle off the connection, drain at the end.
+	opt.SettleInBackground = true
+	gw, err := gateway.New(opt)
 	if err != nil {
 		return err
 	}
@@ -159,6 +147,27 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 		return err
 	}
 	return nil
+}
+
+// GatewayOptions are the gateway's options as the configuration sets them, the same on Lambda and
+// off it; the caller adds how usage events are published and whether settlement may run in the
+// background.
+func GatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, getenv func(string) string, log *slog.Logger) gateway.Options {
+	return gateway.Options{
+		Store:   st,
+		Catalog: cat,
+		Upstream: upstream.New(cat, upstream.Options{
+			ConnectTimeout: cfg.ConnectTimeout,
+			HeaderTimeout:  cfg.HeaderTimeout,
+			Getenv:         getenv,
+		}),
+		Logger:        log,
+		MaxBody:       cfg.MaxBody,
+		Keepalive:     cfg.Keepalive,
+		LeaseTTL:      cfg.LeaseTTL,
+		CacheTTL:      cfg.CacheTTL,
+		SettleReserve: cfg.SettleReserve,
+	}
 }
 
 // startSimulator serves the model simulator on addr for every catalog backend whose URL points
