@@ -25,12 +25,12 @@ const (
 	clusterGateways = 4
 	clusterClients  = 64
 	clusterLimit    = 8
-	clusterDuration = 25 * time.Second
+	clusterDuration = 60 * time.Second
 	clusterTokens   = 4
 )
 
 // TestManyGatewaysOneStore runs four gateway processes on one DynamoDB Local with one
-// organization of limit 8 and 64 clients sending short streams for 25 s: never more than 8 in
+// organization of limit 8 and 64 clients sending short streams for a minute: never more than 8 in
 // flight across the processes (by the clients' own count of open 200 answers, and by sampling
 // the lease map), every answer a 200 or a 429, every 200 recorded once and debited once, the
 // ledger equal to the events. Then one process is killed with SIGKILL in the middle of 8 streams:
