@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/neocloud/kiln/pkg/store"
 )
 
 // item is one DynamoDB item.
@@ -33,18 +35,6 @@ func pairs(kv []string) item {
 	}
 	return m
 }
-
-// nanos converts a time that must be present to Unix nanoseconds. Times an int64 of nanoseconds
-// cannot hold (before 1678 or after 2261), the zero time among them, are refused rather than
-// silently wrapped.
-func nanos(what string, t time.Time) (int64, error) {
-	if y := t.Year(); y < 1678 || y > 2261 {
-		return 0, fmt.Errorf("%s %v: outside the storable range", what, t)
-	}
-	return t.UnixNano(), nil
-}
-
-func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
 // decoder reads attributes of one item and remembers the first problem, so that a caller checks
 // one error after reading every field.
@@ -100,7 +90,7 @@ func (d *decoder) optTime(name string) time.Time {
 	if !d.has(name) {
 		return time.Time{}
 	}
-	return fromNanos(d.num(name))
+	return store.FromUnixNanos(d.num(name))
 }
 
 // leases reads a lease map: holder ID → expiry in Unix nanoseconds.

@@ -42,7 +42,7 @@ func (s *Store) CreateKey(ctx context.Context, key store.Key) error {
 	byHash["key_id"] = sv(key.ID)
 	byHash["org_id"] = sv(key.OrgID)
 	if !key.CreatedAt.IsZero() {
-		created, err := nanos("created_at", key.CreatedAt)
+		created, err := store.UnixNanos("created_at", key.CreatedAt)
 		if err != nil {
 			return fmt.Errorf("create key %s: %w", key.ID, err)
 		}
@@ -131,7 +131,7 @@ func (s *Store) RevokeKey(ctx context.Context, keyID string, at time.Time) error
 }
 
 func (s *Store) revokeKey(ctx context.Context, keyID string, at time.Time) error {
-	n, err := nanos("revoked_at", at)
+	n, err := store.UnixNanos("revoked_at", at)
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,7 @@ func ledgerItem(e store.LedgerEntry, at int64) item {
 		"amount_usd": sv(e.Amount.String()),
 		"note":       sv(e.Note),
 		"at":         nv(at),
-		"at_utc":     sv(fromNanos(at).Format(time.RFC3339Nano)),
+		"at_utc":     sv(store.FromUnixNanos(at).Format(time.RFC3339Nano)),
 	}
 }
 
@@ -48,7 +48,7 @@ func (s *Store) addEntry(ctx context.Context, e store.LedgerEntry) error {
 	if err := checkEntry(e); err != nil {
 		return err
 	}
-	at, err := nanos("at", e.At)
+	at, err := store.UnixNanos("at", e.At)
 	if err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func decodeEntry(it item) (store.LedgerEntry, error) {
 		Kind:   store.EntryKind(d.str("kind")),
 		Amount: money.Amount(d.num("amount")),
 		Note:   d.str("note"),
-		At:     fromNanos(d.num("at")),
+		At:     store.FromUnixNanos(d.num("at")),
 	}
 	return e, d.err
 }

@@ -41,7 +41,7 @@ func (s *Store) CreateOrg(ctx context.Context, org store.Org) error {
 	orgItem["max_in_flight"] = nv(int64(org.MaxInFlight))
 	orgItem["balance"] = nv(0)
 	if !org.CreatedAt.IsZero() {
-		created, err := nanos("created_at", org.CreatedAt)
+		created, err := store.UnixNanos("created_at", org.CreatedAt)
 		if err != nil {
 			return fmt.Errorf("create org %s: %w", org.ID, err)
 		}
@@ -221,7 +221,7 @@ func (s *Store) SetMaintenance(ctx context.Context, m store.Maintenance) error {
 	it := keyOf("pk", pkSettings, "sk", skMaintenance)
 	it["on"] = bv(m.On)
 	if !m.Until.IsZero() {
-		until, err := nanos("until", m.Until)
+		until, err := store.UnixNanos("until", m.Until)
 		if err != nil {
 			return fmt.Errorf("set maintenance: %w", err)
 		}

@@ -37,7 +37,7 @@ func outboxShard(generationID string) string {
 // settlement first: one query per shard of the sparse index (eventually consistent, so an event
 // settled a moment ago may be missing; the sweep only asks for older ones).
 func (s *Store) Unpublished(ctx context.Context, before time.Time, limit int) ([]usage.Event, error) {
-	b, err := nanos("before", before)
+	b, err := store.UnixNanos("before", before)
 	if err != nil {
 		return nil, fmt.Errorf("unpublished events: %w", err)
 	}

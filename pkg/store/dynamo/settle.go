@@ -56,7 +56,7 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleRe
 	case e.Cost < 0:
 		return store.SettleResult{}, fmt.Errorf("negative cost %s", e.Cost)
 	}
-	now, err := nanos("now", st.Now)
+	now, err := store.UnixNanos("now", st.Now)
 	if err != nil {
 		return store.SettleResult{}, err
 	}
@@ -135,7 +135,7 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleRe
 // picodollars and as a decimal USD string, times in Unix nanoseconds (and started_at also as
 // RFC 3339 for people reading exports).
 func eventItem(e usage.Event, settled int64, token string) (item, error) {
-	started, err := nanos("started_at", e.StartedAt)
+	started, err := store.UnixNanos("started_at", e.StartedAt)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +186,7 @@ func decodeEvent(it item) (usage.Event, error) {
 		CompletionTokens: d.num("completion_tokens"),
 		Cost:             money.Amount(d.num("cost")),
 		Estimated:        d.boolean("estimated"),
-		StartedAt:        fromNanos(d.num("started_at")),
+		StartedAt:        store.FromUnixNanos(d.num("started_at")),
 		TTFTMillis:       d.num("ttft_ms"),
 		DurationMillis:   d.num("duration_ms"),
 		Backend:          d.str("backend"),
@@ -234,11 +234,11 @@ func (s *Store) Usage(ctx context.Context, orgID string, from, to time.Time) ([]
 }
 
 func (s *Store) usage(ctx context.Context, orgID string, from, to time.Time) ([]usage.Event, error) {
-	f, err := nanos("from", from)
+	f, err := store.UnixNanos("from", from)
 	if err != nil {
 		return nil, err
 	}
-	t, err := nanos("to", to)
+	t, err := store.UnixNanos("to", to)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package dynamo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -58,22 +57,11 @@ func (s *Store) Admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 }
 
 func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
-	if req.OrgID == "" || req.HolderID == "" {
-		return store.Lease{}, errors.New("empty organization or holder id")
-	}
-	ttl, err := leaseTTL(req.TTL)
+	now, expires, err := req.Times()
 	if err != nil {
 		return store.Lease{}, err
 	}
-	now, err := nanos("now", req.Now)
-	if err != nil {
-		return store.Lease{}, err
-	}
-	expires, err := nanos("expiry", req.Now.Add(ttl))
-	if err != nil {
-		return store.Lease{}, err
-	}
-	lease := store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: fromNanos(expires)}
+	lease := store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires)}
 	build := func() []types.TransactWriteItem {
 		return []types.TransactWriteItem{
 			{ConditionCheck: &types.ConditionCheck{
@@ -205,16 +193,6 @@ func (s *Store) purge(ctx context.Context, orgID string, expired []string, lease
 	return nil
 }
 
-func leaseTTL(ttl time.Duration) (time.Duration, error) {
-	switch {
-	case ttl == 0:
-		return store.DefaultLeaseTTL, nil
-	case ttl < 0:
-		return 0, fmt.Errorf("lease ttl %v: negative", ttl)
-	}
-	return ttl, nil
-}
-
 // Renew extends an unexpired lease to now+ttl (store.DefaultLeaseTTL when ttl is zero) with one
 // conditional UpdateItem; ErrLeaseLost when the lease was released or had expired by now.
 func (s *Store) Renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
@@ -229,15 +207,15 @@ func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 	if lease.OrgID == "" || lease.HolderID == "" {
 		return store.Lease{}, store.ErrLeaseLost
 	}
-	ttl, err := leaseTTL(ttl)
+	ttl, err := store.LeaseTTL(ttl)
 	if err != nil {
 		return store.Lease{}, err
 	}
-	n, err := nanos("now", now)
+	n, err := store.UnixNanos("now", now)
 	if err != nil {
 		return store.Lease{}, err
 	}
-	expires, err := nanos("expiry", now.Add(ttl))
+	expires, err := store.UnixNanos("expiry", now.Add(ttl))
 	if err != nil {
 		return store.Lease{}, err
 	}
@@ -258,7 +236,7 @@ func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 	if err != nil {
 		return store.Lease{}, err
 	}
-	lease.Expires = fromNanos(expires)
+	lease.Expires = store.FromUnixNanos(expires)
 	return lease, nil
 }
 
@@ -273,7 +251,7 @@ func (s *Store) InFlight(ctx context.Context, orgID string, now time.Time) ([]st
 }
 
 func (s *Store) inFlight(ctx context.Context, orgID string, now time.Time) ([]store.Lease, error) {
-	n, err := nanos("now", now)
+	n, err := store.UnixNanos("now", now)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +274,7 @@ func (s *Store) inFlight(ctx context.Context, orgID string, now time.Time) ([]st
 	var held []store.Lease
 	for holder, exp := range leases {
 		if exp > n {
-			held = append(held, store.Lease{OrgID: orgID, HolderID: holder, Expires: fromNanos(exp)})
+			held = append(held, store.Lease{OrgID: orgID, HolderID: holder, Expires: store.FromUnixNanos(exp)})
 		}
 	}
 	slices.SortFunc(held, func(a, b store.Lease) int { return strings.Compare(a.HolderID, b.HolderID) })

@@ -58,7 +58,7 @@ func (s *Store) Keys(ctx context.Context, orgID string) ([]store.Key, error) {
 		copy(k.Hash[:], hash)
 		k.CreatedAt = fromOptNanos(created)
 		if revoked.Valid {
-			t := fromNanos(revoked.Int64)
+			t := store.FromUnixNanos(revoked.Int64)
 			k.RevokedAt = &t
 		}
 		keys = append(keys, k)
@@ -72,7 +72,7 @@ func (s *Store) Keys(ctx context.Context, orgID string) ([]store.Key, error) {
 
 // RevokeKey revokes a key at the given time. Revoking a revoked key keeps the first time.
 func (s *Store) RevokeKey(ctx context.Context, keyID string, at time.Time) error {
-	n, err := nanos("revoked_at", at)
+	n, err := store.UnixNanos("revoked_at", at)
 	if err != nil {
 		return fmt.Errorf("revoke key %s: %w", keyID, err)
 	}

@@ -17,7 +17,7 @@ func (s *Store) AddEntry(ctx context.Context, e store.LedgerEntry) error {
 	if err := checkEntry(e); err != nil {
 		return fmt.Errorf("add entry %s to %s: %w", e.ID, e.OrgID, err)
 	}
-	at, err := nanos("at", e.At)
+	at, err := store.UnixNanos("at", e.At)
 	if err != nil {
 		return fmt.Errorf("add entry %s to %s: %w", e.ID, e.OrgID, err)
 	}
@@ -77,7 +77,7 @@ func (s *Store) Ledger(ctx context.Context, orgID string) ([]store.LedgerEntry, 
 		if err := rows.Scan(&e.ID, &e.OrgID, &kind, &amount, &e.Note, &at); err != nil {
 			return err
 		}
-		e.Kind, e.Amount, e.At = store.EntryKind(kind), money.Amount(amount), fromNanos(at)
+		e.Kind, e.Amount, e.At = store.EntryKind(kind), money.Amount(amount), store.FromUnixNanos(at)
 		entries = append(entries, e)
 		return nil
 	}, `SELECT id, org_id, kind, amount, note, at FROM ledger WHERE org_id = ? ORDER BY at, id`, orgID)

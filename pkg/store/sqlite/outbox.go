@@ -15,7 +15,7 @@ import (
 // Unpublished lists up to limit events settled before before and not yet acknowledged by the
 // bus, oldest settlement first, from a partial index that holds only those.
 func (s *Store) Unpublished(ctx context.Context, before time.Time, limit int) ([]usage.Event, error) {
-	b, err := nanos("before", before)
+	b, err := store.UnixNanos("before", before)
 	if err != nil {
 		return nil, fmt.Errorf("unpublished events: %w", err)
 	}

@@ -41,11 +41,11 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 	case e.Cost < 0:
 		return fmt.Errorf("negative cost %s", e.Cost)
 	}
-	now, err := nanos("now", st.Now)
+	now, err := store.UnixNanos("now", st.Now)
 	if err != nil {
 		return err
 	}
-	started, err := nanos("started_at", e.StartedAt)
+	started, err := store.UnixNanos("started_at", e.StartedAt)
 	if err != nil {
 		return err
 	}
@@ -103,7 +103,7 @@ func scanEvent(row scanner) (usage.Event, error) {
 	if err != nil {
 		return usage.Event{}, err
 	}
-	e.Status, e.Cost, e.StartedAt = usage.Status(status), money.Amount(cost), fromNanos(started)
+	e.Status, e.Cost, e.StartedAt = usage.Status(status), money.Amount(cost), store.FromUnixNanos(started)
 	return e, nil
 }
 
@@ -129,11 +129,11 @@ func (s *Store) Usage(ctx context.Context, orgID string, from, to time.Time) ([]
 }
 
 func (s *Store) usage(ctx context.Context, orgID string, from, to time.Time) ([]usage.Event, error) {
-	f, err := nanos("from", from)
+	f, err := store.UnixNanos("from", from)
 	if err != nil {
 		return nil, err
 	}
-	t, err := nanos("to", to)
+	t, err := store.UnixNanos("to", to)
 	if err != nil {
 		return nil, err
 	}

@@ -24,18 +24,7 @@ func (s *Store) Admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 }
 
 func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
-	if req.OrgID == "" || req.HolderID == "" {
-		return store.Lease{}, errors.New("empty organization or holder id")
-	}
-	ttl, err := leaseTTL(req.TTL)
-	if err != nil {
-		return store.Lease{}, err
-	}
-	now, err := nanos("now", req.Now)
-	if err != nil {
-		return store.Lease{}, err
-	}
-	expires, err := nanos("expiry", req.Now.Add(ttl))
+	now, expires, err := req.Times()
 	if err != nil {
 		return store.Lease{}, err
 	}
@@ -88,17 +77,7 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 	case full:
 		return store.Lease{}, store.ErrSlotsFull
 	}
-	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: fromNanos(expires)}, nil
-}
-
-func leaseTTL(ttl time.Duration) (time.Duration, error) {
-	switch {
-	case ttl == 0:
-		return store.DefaultLeaseTTL, nil
-	case ttl < 0:
-		return 0, fmt.Errorf("lease ttl %v: negative", ttl)
-	}
-	return ttl, nil
+	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires)}, nil
 }
 
 // Renew extends an unexpired lease to now+ttl (store.DefaultLeaseTTL when ttl is zero);
@@ -112,15 +91,15 @@ func (s *Store) Renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 }
 
 func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
-	ttl, err := leaseTTL(ttl)
+	ttl, err := store.LeaseTTL(ttl)
 	if err != nil {
 		return store.Lease{}, err
 	}
-	n, err := nanos("now", now)
+	n, err := store.UnixNanos("now", now)
 	if err != nil {
 		return store.Lease{}, err
 	}
-	expires, err := nanos("expiry", now.Add(ttl))
+	expires, err := store.UnixNanos("expiry", now.Add(ttl))
 	if err != nil {
 		return store.Lease{}, err
 	}
@@ -135,13 +114,13 @@ func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 	if rows, _ := res.RowsAffected(); rows == 0 {
 		return store.Lease{}, store.ErrLeaseLost
 	}
-	lease.Expires = fromNanos(expires)
+	lease.Expires = store.FromUnixNanos(expires)
 	return lease, nil
 }
 
 // InFlight lists the organization's unexpired leases at now, by holder ID.
 func (s *Store) InFlight(ctx context.Context, orgID string, now time.Time) ([]store.Lease, error) {
-	n, err := nanos("now", now)
+	n, err := store.UnixNanos("now", now)
 	if err != nil {
 		return nil, fmt.Errorf("in flight of %s: %w", orgID, err)
 	}
@@ -152,7 +131,7 @@ func (s *Store) InFlight(ctx context.Context, orgID string, now time.Time) ([]st
 		if err := rows.Scan(&l.HolderID, &expires); err != nil {
 			return err
 		}
-		l.Expires = fromNanos(expires)
+		l.Expires = store.FromUnixNanos(expires)
 		leases = append(leases, l)
 		return nil
 	}, `SELECT holder_id, expires_at FROM leases WHERE org_id = ? AND expires_at > ? ORDER BY holder_id`, orgID, n)
