@@ -281,5 +281,15 @@ func (c *cli) org(ctx context.Context, st store.Store, orgID string) (store.Org,
 	return o, nil
 }
 
+// storeAndOrg opens the store and reads the organization a command names.
+func (c *cli) storeAndOrg(ctx context.Context, orgID string) (store.Store, store.Org, error) {
+	st, err := c.store(ctx)
+	if err != nil {
+		return nil, store.Org{}, err
+	}
+	o, err := c.org(ctx, st, orgID)
+	return st, o, err
+}
+
 // clock returns the current time in UTC; every stored and printed time is UTC.
 func (c *cli) clock() time.Time { return c.now().UTC() }

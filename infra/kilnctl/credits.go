@@ -61,11 +61,8 @@ func addEntry(ctx context.Context, c *cli, f *flags, args []string, kind store.E
 			return f.usageErr("--note is required: say why the balance is corrected")
 		}
 	}
-	st, err := c.store(ctx)
+	st, _, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {
-		return err
-	}
-	if _, err := c.org(ctx, st, *orgID); err != nil {
 		return err
 	}
 	e := store.LedgerEntry{
@@ -104,11 +101,7 @@ func creditsShow(ctx context.Context, c *cli, f *flags, args []string) error {
 	if *orgID == "" {
 		return f.usageErr("--org is required")
 	}
-	st, err := c.store(ctx)
-	if err != nil {
-		return err
-	}
-	o, err := c.org(ctx, st, *orgID)
+	_, o, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {
 		return err
 	}
@@ -139,11 +132,8 @@ func creditsLedger(ctx context.Context, c *cli, f *flags, args []string) error {
 	if *asCSV && *f.json {
 		return f.usageErr("--csv and --json exclude each other")
 	}
-	st, err := c.store(ctx)
+	st, _, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {
-		return err
-	}
-	if _, err := c.org(ctx, st, *orgID); err != nil {
 		return err
 	}
 	entries, err := st.Ledger(ctx, *orgID)

@@ -28,11 +28,7 @@ func keyCreate(ctx context.Context, c *cli, f *flags, args []string) error {
 	if *orgID == "" {
 		return f.usageErr("--org is required")
 	}
-	st, err := c.store(ctx)
-	if err != nil {
-		return err
-	}
-	o, err := c.org(ctx, st, *orgID)
+	st, o, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {
 		return err
 	}
@@ -82,11 +78,8 @@ func keyList(ctx context.Context, c *cli, f *flags, args []string) error {
 	if *orgID == "" {
 		return f.usageErr("--org is required")
 	}
-	st, err := c.store(ctx)
+	st, _, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {
-		return err
-	}
-	if _, err := c.org(ctx, st, *orgID); err != nil {
 		return err
 	}
 	keys, err := st.Keys(ctx, *orgID)

@@ -78,11 +78,8 @@ func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
 	if to.Before(from) {
 		return f.usageErr("--to %s is before --from %s", *toArg, *fromArg)
 	}
-	st, err := c.store(ctx)
+	st, _, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {
-		return err
-	}
-	if _, err := c.org(ctx, st, *orgID); err != nil {
 		return err
 	}
 	if *by == "" {
