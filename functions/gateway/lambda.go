@@ -35,7 +35,9 @@ func lambdaHandler(ctx context.Context, cfg config.Config, getenv func(string) s
 		return nil, err
 	}
 	opt := local.GatewayOptions(cfg, cat, st, getenv, log)
-	opt.Publish = pub.PublishNow
+	if !cfg.FoldsAtSettlement() {
+		opt.Publish = pub.PublishNow
+	}
 	gw, err := gateway.New(opt)
 	if err != nil {
 		st.Close()

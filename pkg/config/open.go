@@ -15,7 +15,7 @@ import (
 func OpenStore(ctx context.Context, c Config) (store.Store, error) {
 	switch c.Store {
 	case StoreSQLite:
-		s, err := sqlite.Open(c.DataDir)
+		s, err := sqlite.OpenWith(c.DataDir, sqlite.Options{FoldAtSettlement: c.FoldsAtSettlement()})
 		if err != nil {
 			return nil, fmt.Errorf("open embedded store in %s: %w", c.DataDir, err)
 		}
@@ -28,6 +28,13 @@ func OpenStore(ctx context.Context, c Config) (store.Store, error) {
 		return s, nil
 	}
 	return nil, fmt.Errorf("KILN_STORE=%q: unknown store", c.Store)
+}
+
+// FoldsAtSettlement reports whether the store folds each settled event into its own aggregates
+// as it settles it, so that there is nothing to publish: the embedded store with no event bus.
+// Events left in its outbox from before (or from a run with a bus) still wait for the sweep.
+func (c Config) FoldsAtSettlement() bool {
+	return c.Store == StoreSQLite && c.EventBus == ""
 }
 
 func dynamoConfig(c Config) dynamo.Config {

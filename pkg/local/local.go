@@ -92,7 +92,9 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 	}()
 
 	opt := GatewayOptions(cfg, cat, st, getenv, log)
-	opt.Publish = pub.Enqueue
+	if !cfg.FoldsAtSettlement() {
+		opt.Publish = pub.Enqueue
+	}
 	// Off Lambda the process outlives its requests: settle off the connection, drain at the end.
 	opt.SettleInBackground = true
 	gw, err := gateway.New(opt)

@@ -38,7 +38,7 @@ func (s *syncBuffer) String() string {
 }
 
 // TestInProcessAggregates: without an event bus (make run), a request's usage event is folded
-// into the embedded store's aggregates in-process, and marked published.
+// into the embedded store's aggregates, at settlement, and never left unpublished.
 func TestInProcessAggregates(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -48,10 +48,10 @@ func (s *Store) MarkPublished(ctx context.Context, refs []store.EventRef) error 
 	if len(refs) == 0 {
 		return nil
 	}
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err := s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		mark := tx.StmtContext(ctx, s.st.markPublished)
 		for _, r := range refs {
-			if _, err := tx.ExecContext(ctx, `UPDATE usage SET unpublished_since = NULL
-				WHERE org_id = ? AND generation_id = ? AND unpublished_since IS NOT NULL`, r.OrgID, r.GenerationID); err != nil {
+			if _, err := mark.ExecContext(ctx, r.OrgID, r.GenerationID); err != nil {
 				return err
 			}
 		}
@@ -70,34 +70,11 @@ func (s *Store) Fold(ctx context.Context, d usage.Delta) (bool, error) {
 	if d.OrgID == "" || d.GenerationID == "" || d.Day == "" || d.Month == "" {
 		return false, fmt.Errorf("fold %s of %s: incomplete delta", d.GenerationID, d.OrgID)
 	}
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO rollup_marks (org_id, generation_id, day)
-			VALUES (?, ?, ?) ON CONFLICT DO NOTHING`, d.OrgID, d.GenerationID, d.Day)
-		if err != nil {
-			return err
+	err := s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		applied, err := s.fold(ctx, tx, d)
+		if err == nil && !applied {
+			return refuse(errApplied)
 		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return errApplied
-		}
-		t := d.Totals
-		if _, err := tx.ExecContext(ctx, `INSERT INTO rollup_days (org_id, day, model, requests,
-			prompt_tokens, cached_tokens, completion_tokens, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (org_id, day, model) DO UPDATE SET requests = requests + excluded.requests,
-			prompt_tokens = prompt_tokens + excluded.prompt_tokens,
-			cached_tokens = cached_tokens + excluded.cached_tokens,
-			completion_tokens = completion_tokens + excluded.completion_tokens,
-			cost = cost + excluded.cost`,
-			d.OrgID, d.Day, d.Model, t.Requests, t.PromptTokens, t.CachedTokens, t.CompletionTokens, int64(t.Cost)); err != nil {
-			return err
-		}
-		_, err = tx.ExecContext(ctx, `INSERT INTO rollup_months (org_id, month, requests,
-			prompt_tokens, cached_tokens, completion_tokens, cost) VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (org_id, month) DO UPDATE SET requests = requests + excluded.requests,
-			prompt_tokens = prompt_tokens + excluded.prompt_tokens,
-			cached_tokens = cached_tokens + excluded.cached_tokens,
-			completion_tokens = completion_tokens + excluded.completion_tokens,
-			cost = cost + excluded.cost`,
-			d.OrgID, d.Month, t.Requests, t.PromptTokens, t.CachedTokens, t.CompletionTokens, int64(t.Cost))
 		return err
 	})
 	if errors.Is(err, errApplied) {
@@ -107,6 +84,26 @@ func (s *Store) Fold(ctx context.Context, d usage.Delta) (bool, error) {
 		return false, fmt.Errorf("fold %s of %s: %w", d.GenerationID, d.OrgID, err)
 	}
 	return true, nil
+}
+
+// fold is Fold inside a write: it reports applied false, having changed nothing, when d's marker
+// is already there.
+func (s *Store) fold(ctx context.Context, tx *sql.Tx, d usage.Delta) (applied bool, err error) {
+	res, err := tx.StmtContext(ctx, s.st.foldMark).ExecContext(ctx, d.OrgID, d.GenerationID, d.Day)
+	if err != nil {
+		return false, err
+	}
+	if n, _ := res.RowsAffected(); n == 0 {
+		return false, nil
+	}
+	t := d.Totals
+	if _, err := tx.StmtContext(ctx, s.st.foldDay).ExecContext(ctx,
+		d.OrgID, d.Day, d.Model, t.Requests, t.PromptTokens, t.CachedTokens, t.CompletionTokens, int64(t.Cost)); err != nil {
+		return false, err
+	}
+	_, err = tx.StmtContext(ctx, s.st.foldMonth).ExecContext(ctx,
+		d.OrgID, d.Month, t.Requests, t.PromptTokens, t.CachedTokens, t.CompletionTokens, int64(t.Cost))
+	return err == nil, err
 }
 
 // DailyRollups lists an organization's day × model roll-ups for the days from..to, by day then

@@ -18,7 +18,9 @@ var errApplied = errors.New("already applied")
 // Settle releases the lease, debits the event's cost and records the event in one write
 // transaction. The usage row, keyed by organization and generation id, makes a replay change
 // nothing. A debit entry (ID = generation id, amount = -cost) is written only for a non-zero
-// cost, so rejected requests do not fill the ledger with zero entries.
+// cost, so rejected requests do not fill the ledger with zero entries. The event is recorded
+// unpublished, in the outbox, unless the store folds at settlement (Options), when the same
+// transaction folds it into the aggregates instead.
 func (s *Store) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
 	e := st.Event
 	err := s.settle(ctx, st)
@@ -49,6 +51,7 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 	if err != nil {
 		return err
 	}
+	unpublished := sql.NullInt64{Int64: now, Valid: !s.opt.FoldAtSettlement}
 	return s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		// The debit comes first and only when the generation was not settled, so that every
 		// refusal comes before any change.
@@ -69,7 +72,7 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 		res, err = tx.StmtContext(ctx, s.st.settleUsage).ExecContext(ctx,
 			e.OrgID, e.GenerationID, e.Version, e.KeyID, e.Model, e.Endpoint, e.Stream, string(e.Status),
 			e.HTTPStatus, e.FinishReason, e.PromptTokens, e.CachedTokens, e.CompletionTokens, int64(e.Cost),
-			e.Estimated, started, e.TTFTMillis, e.DurationMillis, e.Backend, now)
+			e.Estimated, started, e.TTFTMillis, e.DurationMillis, e.Backend, unpublished)
 		if err != nil {
 			return err
 		}
@@ -83,10 +86,17 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 				return err
 			}
 		}
-		if e.Cost == 0 {
+		if e.Cost != 0 {
+			if _, err := tx.StmtContext(ctx, s.st.settleLedger).ExecContext(ctx, e.OrgID, e.GenerationID, -int64(e.Cost), e.Model, now); err != nil {
+				return err
+			}
+		}
+		if !s.opt.FoldAtSettlement {
 			return nil
 		}
-		_, err = tx.StmtContext(ctx, s.st.settleLedger).ExecContext(ctx, e.OrgID, e.GenerationID, -int64(e.Cost), e.Model, now)
+		// A marker already there (never, for a generation settled only now) leaves the
+		// aggregates as they are.
+		_, err = s.fold(ctx, tx, usage.DeltaOf(e))
 		return err
 	})
 }

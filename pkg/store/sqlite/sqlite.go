@@ -35,6 +35,7 @@ const busyTimeout = 5 * time.Second
 // processes) may use the same directory at the same time.
 type Store struct {
 	path string
+	opt  Options
 	w    *sql.DB // one connection, used only by the writer goroutine; transactions begin IMMEDIATE
 	r    *sql.DB // read-only connections
 	st   statements
@@ -45,9 +46,24 @@ type Store struct {
 	closed  bool
 }
 
+// Options change how a Store records settlements.
+type Options struct {
+	// FoldAtSettlement folds every settled event into the store's own aggregates in the
+	// settlement's transaction (usage.Aggregator's marker and roll-ups), and records it as
+	// published: for a gateway with no bus to publish to (KILN_EVENT_BUS unset), where the
+	// aggregates live in this database anyway. Exactly once by construction, and no second
+	// write per request. Without it, settled events wait in the outbox for a publisher.
+	FoldAtSettlement bool
+}
+
 // Open opens the store in dir, creating the directory (mode 0700) and the database as needed,
 // and brings the schema up to date.
 func Open(dir string) (*Store, error) {
+	return OpenWith(dir, Options{})
+}
+
+// OpenWith is Open with options.
+func OpenWith(dir string, opt Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
@@ -56,7 +72,7 @@ func Open(dir string) (*Store, error) {
 		// The driver reads everything after '?' as connection parameters.
 		return nil, fmt.Errorf("open store %s: path must not contain '?'", dir)
 	}
-	s := &Store{path: path}
+	s := &Store{path: path, opt: opt}
 	if err := s.open(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)

@@ -34,6 +34,18 @@ func TestContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t, t.TempDir()) })
 }
 
+// TestContractFoldingAtSettlement runs the contract on the store as `make run` opens it, with no
+// bus: settlement folds the event into the aggregates.
+func TestContractFoldingAtSettlement(t *testing.T) {
+	storetest.RunWithOptions(t, func(t *testing.T) store.Store {
+		s, err := sqlite.OpenWith(t.TempDir(), sqlite.Options{FoldAtSettlement: true})
+		if err != nil {
+			t.Fatalf("OpenWith: %v", err)
+		}
+		return s
+	}, storetest.Options{FoldsAtSettlement: true})
+}
+
 // TestTwoProcesses runs the slot race through two stores on one directory, as the gateway and
 // kilnctl would: the limit holds across connections, not only within one.
 func TestTwoProcesses(t *testing.T) {

@@ -27,6 +27,11 @@ type statements struct {
 	settleUsage   *sql.Stmt
 	settleLedger  *sql.Stmt
 	settleDebit   *sql.Stmt
+
+	foldMark      *sql.Stmt
+	foldDay       *sql.Stmt
+	foldMonth     *sql.Stmt
+	markPublished *sql.Stmt
 }
 
 const usageColumns = `org_id, generation_id, version, key_id, model, endpoint, stream, status,
@@ -68,6 +73,25 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 			VALUES (?, ?, 'debit', ?, ?, ?)`},
 		{w, &st.settleDebit, `UPDATE orgs SET balance = balance - ?1 WHERE id = ?2
 			AND NOT EXISTS (SELECT 1 FROM usage WHERE org_id = ?2 AND generation_id = ?3)`},
+
+		{w, &st.foldMark, `INSERT INTO rollup_marks (org_id, generation_id, day)
+			VALUES (?, ?, ?) ON CONFLICT DO NOTHING`},
+		{w, &st.foldDay, `INSERT INTO rollup_days (org_id, day, model, requests,
+			prompt_tokens, cached_tokens, completion_tokens, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (org_id, day, model) DO UPDATE SET requests = requests + excluded.requests,
+			prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+			cached_tokens = cached_tokens + excluded.cached_tokens,
+			completion_tokens = completion_tokens + excluded.completion_tokens,
+			cost = cost + excluded.cost`},
+		{w, &st.foldMonth, `INSERT INTO rollup_months (org_id, month, requests,
+			prompt_tokens, cached_tokens, completion_tokens, cost) VALUES (?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (org_id, month) DO UPDATE SET requests = requests + excluded.requests,
+			prompt_tokens = prompt_tokens + excluded.prompt_tokens,
+			cached_tokens = cached_tokens + excluded.cached_tokens,
+			completion_tokens = completion_tokens + excluded.completion_tokens,
+			cost = cost + excluded.cost`},
+		{w, &st.markPublished, `UPDATE usage SET unpublished_since = NULL
+			WHERE org_id = ? AND generation_id = ? AND unpublished_since IS NOT NULL`},
 	} {
 		s, err := p.db.PrepareContext(ctx, p.query)
 		if err != nil {
@@ -85,6 +109,7 @@ func (st *statements) close() error {
 		st.savepoint, st.rollbackTo, st.release,
 		st.admitCheck, st.admitPurge, st.admitInsert, st.renew,
 		st.settleRelease, st.settleUsage, st.settleLedger, st.settleDebit,
+		st.foldMark, st.foldDay, st.foldMonth, st.markPublished,
 	} {
 		if s != nil {
 			errs = append(errs, s.Close())

@@ -77,6 +77,49 @@ func testOutbox(t *testing.T, s store.Store) {
 	}
 }
 
+// testFoldAtSettlement: a store that folds at settlement leaves nothing unpublished; its
+// aggregates hold exactly the settled events, including a zero-cost one; a replayed settlement
+// and a later Fold of a settled event (a sweep of an old outbox, a redelivery) change nothing.
+func testFoldAtSettlement(t *testing.T, s store.Store) {
+	createOrg(t, s, "org-a", 4, mustParse(t, "10"))
+	createOrg(t, s, "org-b", 4, mustParse(t, "10"))
+	e1 := event("org-a", "gen-1", mustParse(t, "0.000001155"), at(-time.Minute))
+	e2 := event("org-a", "gen-2", 0, at(-time.Minute))
+	e3 := event("org-b", "gen-3", mustParse(t, "0.5"), at(-time.Minute))
+	for i, e := range []usage.Event{e1, e2, e3} {
+		settle(t, s, admit(t, s, e.OrgID, e.GenerationID, t0), e, at(time.Duration(i+1)*time.Second))
+	}
+	if got := unpublished(t, s, at(time.Hour), 10); len(got) != 0 {
+		t.Errorf("Unpublished = %v, want none", got)
+	}
+	if res := settle(t, s, store.Lease{}, e1, at(4*time.Second)); !res.AlreadyApplied {
+		t.Error("replayed Settle not AlreadyApplied")
+	}
+	for _, e := range []usage.Event{e1, e2, e3} {
+		if fold(t, s, e) {
+			t.Errorf("Fold(%s) after its settlement applied", e.GenerationID)
+		}
+	}
+	day := t0.Format(time.DateOnly)
+	rollup := func(org string, requests int64, cost money.Amount) []usage.Rollup {
+		return []usage.Rollup{{OrgID: org, Day: day, Model: "qwen3-32b", Totals: usage.Totals{Requests: requests,
+			PromptTokens: requests * 1234, CachedTokens: requests * 1000, CompletionTokens: requests * 567, Cost: cost}}}
+	}
+	for org, want := range map[string][]usage.Rollup{
+		"org-a": rollup("org-a", 2, e1.Cost),
+		"org-b": rollup("org-b", 1, e3.Cost),
+	} {
+		got, err := s.DailyRollups(ctx(t), org, day, day)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("DailyRollups(%s) =\n%+v, %v\nwant\n%+v", org, got, err, want)
+		}
+	}
+	monthly, err := s.MonthlyRollups(ctx(t), "org-a", "2026-11", "2026-11")
+	if err != nil || len(monthly) != 1 || monthly[0].Requests != 2 || monthly[0].Cost != e1.Cost {
+		t.Errorf("MonthlyRollups(org-a) = %+v, %v; want 2 requests costing %s", monthly, err, e1.Cost)
+	}
+}
+
 func fold(t *testing.T, s store.Store, e usage.Event) bool {
 	t.Helper()
 	applied, err := s.Fold(ctx(t), usage.DeltaOf(e))

@@ -25,6 +25,10 @@ type Options struct {
 	// RaceCycles is the number of acquire/release cycles each of the slot race's 32 goroutines
 	// completes; zero means 64 (2048 in all).
 	RaceCycles int
+	// FoldsAtSettlement: the store folds every settled event into its aggregates in the
+	// settlement itself and keeps no outbox of them (the embedded store without a bus); the
+	// outbox test is replaced by one of that.
+	FoldsAtSettlement bool
 }
 
 // RunWithOptions is Run with options.
@@ -55,9 +59,13 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opt Optio
 		{"Generation", testGeneration},
 		{"Usage", testUsage},
 		{"Outbox", testOutbox},
+		{"FoldAtSettlement", testFoldAtSettlement},
 		{"Aggregates", testAggregates},
 		{"SlotsRace", func(t *testing.T, s store.Store) { RaceSlotsCycles(t, opt.RaceCycles, s) }},
 	} {
+		if opt.FoldsAtSettlement && tc.name == "Outbox" || !opt.FoldsAtSettlement && tc.name == "FoldAtSettlement" {
+			continue
+		}
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := open(t)
