@@ -82,3 +82,24 @@ func findGoBench(list []*goBench, name string) *goBench {
 	}
 	return nil
 }
+
+// BenchmarkStreamChunk's two stream lengths (pkg/gateway/bench_test.go).
+const longChunkTokens, shortChunkTokens = 1000, 16
+
+// relayPerChunk is what the gateway adds per relayed chunk in BenchmarkStreamChunk, in one of its
+// units ("allocs/op", "B/op", "ns/op"): the cost of one more chunk — (the 1,000-token stream's
+// − the 16-token stream's) / 984, which leaves out the work done once per request — through the
+// gateway, less the same from the simulator alone. ok is false when a benchmark is missing.
+func relayPerChunk(list []*goBench, unit string) (added float64, ok bool) {
+	perChunk := func(target string) (float64, bool) {
+		long := findGoBench(list, fmt.Sprintf("BenchmarkStreamChunk/tokens=%d/%s", longChunkTokens, target))
+		short := findGoBench(list, fmt.Sprintf("BenchmarkStreamChunk/tokens=%d/%s", shortChunkTokens, target))
+		if long == nil || short == nil || len(long.values[unit]) == 0 || len(short.values[unit]) == 0 {
+			return 0, false
+		}
+		return (long.values[unit].median() - short.values[unit].median()) / (longChunkTokens - shortChunkTokens), true
+	}
+	g, gok := perChunk("gateway")
+	s, sok := perChunk("simulator")
+	return g - s, gok && sok
+}

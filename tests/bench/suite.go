@@ -37,7 +37,7 @@ type Results struct {
 	Started time.Time
 	Closed  map[int][]pair // by connections: one pair per round
 	Short   []pair         // short streams at 8 connections
-	Long    []pair         // 1,000-token streams at 1 connection
+	Long    map[int][]pair // 1,000-token streams, by connections (1 and 8)
 	Open    []pair
 	Memory  memory
 	Cold    cold
@@ -61,6 +61,7 @@ type memory struct {
 type cold struct {
 	gateway, sim spread // ms from exec to the first 200
 	err          error
+	lambda       lambdaCold
 }
 
 // stack is the running simulator and gateway.
@@ -74,7 +75,7 @@ type stack struct {
 
 // Run builds the binaries, starts the stack, runs every phase and returns what it measured.
 func Run(cfg Config) (*Results, error) {
-	res := &Results{Cfg: cfg, Started: time.Now().UTC(), Closed: map[int][]pair{}}
+	res := &Results{Cfg: cfg, Started: time.Now().UTC(), Closed: map[int][]pair{}, Long: map[int][]pair{}}
 	logf := func(format string, args ...any) { fmt.Fprintf(cfg.Log, format+"\n", args...) }
 	st, err := setUp(cfg, "", nil)
 	if err != nil {
@@ -138,9 +139,13 @@ func Run(cfg Config) (*Results, error) {
 	res.Short = rounds("streaming 16 tokens, 8 connections",
 		func() phase { return closedLoop(st.direct, shortStream, 8, cfg.Warmup, cfg.Duration, both) },
 		func() phase { return closedLoop(st.gateway, shortStream, 8, cfg.Warmup, cfg.Duration, both) })
-	res.Long = rounds("streaming 1,000 tokens, 1 connection",
-		func() phase { return closedLoop(st.direct, longStream, 1, cfg.Warmup, cfg.Duration, both) },
-		func() phase { return closedLoop(st.gateway, longStream, 1, cfg.Warmup, cfg.Duration, both) })
+	// At one connection the gateway reads each chunk as the simulator writes it, a read and a
+	// write system call per chunk; at eight it is busy and its reads find several chunks waiting.
+	for _, n := range []int{1, 8} {
+		res.Long[n] = rounds("streaming 1,000 tokens, "+connections(n),
+			func() phase { return closedLoop(st.direct, longStream, n, cfg.Warmup, cfg.Duration, both) },
+			func() phase { return closedLoop(st.gateway, longStream, n, cfg.Warmup, cfg.Duration, both) })
+	}
 	if cfg.OpenRate > 0 {
 		res.Open = rounds(fmt.Sprintf("open loop %.0f/s", cfg.OpenRate),
 			func() phase { return openLoop(st.direct, cfg.OpenRate, cfg.OpenFor, both) },
@@ -150,6 +155,11 @@ func Run(cfg Config) (*Results, error) {
 	logf("cold start: %d rounds", cfg.ColdStarts)
 	st.gw.stop()
 	res.Cold = measureColdStart(st, cfg.ColdStarts)
+	logf("Lambda bootstrap cold start: %d rounds on each store", cfg.ColdStarts)
+	res.Cold.lambda = measureLambdaColdStart(st, cfg.Repo, cfg.ColdStarts)
+	if err := res.Cold.lambda.err; err != nil {
+		logf("Lambda bootstrap cold start: %v", err)
+	}
 	st.sim.stop()
 
 	if cfg.GoBenchRuns > 0 {
@@ -208,34 +218,8 @@ func setUp(cfg Config, gwPkg string, gwEnv []string) (*stack, error) {
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
 	}
-	// The demo organization allows 8 requests in flight and $10; the benchmark's own allows
-	// more than any phase opens, with credits no run can spend.
-	ctl := func(args ...string) ([]byte, error) {
-		cmd := exec.Command(st.ctlBin, args...)
-		cmd.Env = st.env
-		out, err := cmd.Output()
-		if err != nil {
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				return nil, fmt.Errorf("kilnctl %s: %v\n%s", strings.Join(args, " "), err, ee.Stderr)
-			}
-			return nil, fmt.Errorf("kilnctl %s: %w", strings.Join(args, " "), err)
-		}
-		return out, nil
-	}
-	if _, err := ctl("org", "create", "--id", "org_bench", "--name", "bench", "--max-in-flight", "5000", "--json"); err != nil {
-		return nil, err
-	}
-	out, err := ctl("key", "create", "--org", "org_bench", "--json")
-	if err != nil {
-		return nil, err
-	}
-	var k struct{ Key string }
-	if err := json.Unmarshal(out, &k); err != nil || k.Key == "" {
-		return nil, fmt.Errorf("kilnctl key create: no key in %q", out)
-	}
-	st.key = k.Key
-	if _, err := ctl("credits", "add", "--org", "org_bench", "--usd", "100000", "--json"); err != nil {
+	if st.key, err = seedOrg(st.ctlBin, st.env); err != nil {
+		st.sim.stop()
 		return nil, err
 	}
 
@@ -342,4 +326,40 @@ func coldStart(bin string, env, extraEnv []string, addrFlag string, t target, mo
 		time.Sleep(200 * time.Microsecond)
 	}
 	return 0, fmt.Errorf("%s: no 200 within 10 s", filepath.Base(bin))
+}
+
+// seedOrg creates, through kilnctl on the store env names, the benchmark's organization and
+// returns its key. The demo organization allows 8 requests in flight and $10; the benchmark's
+// allows more than any phase opens, with credits no run can spend.
+func seedOrg(ctlBin string, env []string) (string, error) {
+	if _, err := kilnctl(ctlBin, env, "org", "create", "--id", "org_bench", "--name", "bench", "--max-in-flight", "5000", "--json"); err != nil {
+		return "", err
+	}
+	out, err := kilnctl(ctlBin, env, "key", "create", "--org", "org_bench", "--json")
+	if err != nil {
+		return "", err
+	}
+	var k struct{ Key string }
+	if err := json.Unmarshal(out, &k); err != nil || k.Key == "" {
+		return "", fmt.Errorf("kilnctl key create: no key in %q", out)
+	}
+	if _, err := kilnctl(ctlBin, env, "credits", "add", "--org", "org_bench", "--usd", "100000", "--json"); err != nil {
+		return "", err
+	}
+	return k.Key, nil
+}
+
+// kilnctl runs the operators' CLI with env and returns its standard output.
+func kilnctl(ctlBin string, env []string, args ...string) ([]byte, error) {
+	cmd := exec.Command(ctlBin, args...)
+	cmd.Env = env
+	out, err := cmd.Output()
+	if err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return nil, fmt.Errorf("kilnctl %s: %v\n%s", strings.Join(args, " "), err, ee.Stderr)
+		}
+		return nil, fmt.Errorf("kilnctl %s: %w", strings.Join(args, " "), err)
+	}
+	return out, nil
 }

@@ -1,0 +1,344 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
+)
+
+// lambdaCold is the Lambda bootstrap's cold start on each store.
+type lambdaCold struct {
+	dynamo, sqlite lambdaTimes
+	err            error
+}
+
+// lambdaTimes are a store's lambdaStarts, one per round.
+type lambdaTimes struct{ init, cold, warm spread }
+
+// lambdaStore is a store the bootstrap runs on, holding the benchmark's organization.
+type lambdaStore struct {
+	name  string
+	env   []string // KILN_STORE and where the store is
+	key   string
+	times *lambdaTimes
+}
+
+// measureLambdaColdStart builds the gateway's bootstrap as the release is built, and times, on
+// DynamoDB (DynamoDB Local, seeded through kilnctl) and on the run's embedded store, exec to the
+// end of the first invocation's 200 response under a loopback Runtime API (see lambdaColdStart).
+// The first start on each store is not counted: it warms DynamoDB Local's JVM, which on AWS is
+// always warm.
+func measureLambdaColdStart(st *stack, repo string, rounds int) lambdaCold {
+	var c lambdaCold
+	task := filepath.Join(st.dir, "lambda-gateway")
+	if err := buildLambda(repo, task, filepath.Join(st.dir, "catalog.yaml")); err != nil {
+		c.err = err
+		return c
+	}
+	stores := []lambdaStore{{name: "sqlite", key: st.key, times: &c.sqlite,
+		env: []string{"KILN_STORE=sqlite", "KILN_DATA_DIR=" + filepath.Join(st.dir, "data")}}}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ddb, err := dynamotest.StartDynamoDBLocal(ctx)
+	if err == nil {
+		defer ddb.Stop()
+		env := []string{"KILN_STORE=dynamodb", "KILN_DYNAMODB_ENDPOINT=" + ddb.Endpoint, "KILN_TABLE_PREFIX=kilnbench-", "AWS_REGION=us-east-1"}
+		var key string
+		ctlEnv := append(append([]string(nil), st.env...), env...)
+		if _, err = kilnctl(st.ctlBin, ctlEnv, "dev", "create-tables", "--json"); err == nil {
+			key, err = seedOrg(st.ctlBin, ctlEnv)
+		}
+		if err == nil {
+			stores = append([]lambdaStore{{name: "dynamodb", key: key, times: &c.dynamo, env: env}}, stores...)
+		}
+	}
+	if err != nil {
+		c.err = fmt.Errorf("Lambda bootstrap on DynamoDB Local: %w", err)
+	}
+
+	body := st.gateway.body(nonStreaming)
+	for r := -1; r < rounds; r++ {
+		for i := range stores {
+			// Alternate the order so that drift in the machine's speed hits both.
+			s := stores[i]
+			if r%2 != 0 {
+				s = stores[len(stores)-1-i]
+			}
+			event, err := functionURLEvent(repo, s.key, body)
+			if err != nil {
+				c.err = err
+				return c
+			}
+			t, err := lambdaColdStart(task, s.env, event, filepath.Join(st.dir, fmt.Sprintf("cold-lambda-%s-%d.log", s.name, r+1)))
+			if err != nil {
+				c.err = fmt.Errorf("Lambda bootstrap on %s: %w", s.name, err)
+				return c
+			}
+			if r >= 0 {
+				s.times.init = append(s.times.init, t.init)
+				s.times.cold = append(s.times.cold, t.cold)
+				s.times.warm = append(s.times.warm, t.warm)
+			}
+		}
+	}
+	return c
+}
+
+// buildLambda builds the gateway's bootstrap through infra/lambdabuild, as `make build-lambda`
+// and sam build do, but for this machine's architecture, into dir with catalog beside it.
+func buildLambda(repo, dir, catalog string) error {
+	cmd := exec.Command("go", "run", "./infra/lambdabuild", "-arch", runtime.GOARCH, "-dir", dir, "-catalog", catalog, "./functions/gateway")
+	cmd.Dir = repo
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("lambdabuild ./functions/gateway: %v\n%s", err, b)
+	}
+	return nil
+}
+
+// functionURLEvent is the recorded function URL event of events/ carrying a chat completion.
+func functionURLEvent(repo, key string, body []byte) ([]byte, error) {
+	b, err := os.ReadFile(filepath.Join(repo, "events", "function-url-request.json"))
+	if err != nil {
+		return nil, err
+	}
+	var ev events.LambdaFunctionURLRequest
+	if err := json.Unmarshal(b, &ev); err != nil {
+		return nil, fmt.Errorf("events/function-url-request.json: %w", err)
+	}
+	ev.RawPath, ev.RequestContext.HTTP.Path = "/v1/chat/completions", "/v1/chat/completions"
+	ev.RequestContext.HTTP.Method = http.MethodPost
+	if ev.Headers == nil {
+		ev.Headers = map[string]string{}
+	}
+	ev.Headers["authorization"] = "Bearer " + key
+	ev.Headers["content-type"] = "application/json"
+	ev.Headers["accept"] = "application/json"
+	ev.Body, ev.IsBase64Encoded = string(body), false
+	return json.Marshal(ev)
+}
+
+// lambdaStart is one start of the bootstrap: init is from exec until it first asked for an
+// invocation, cold from exec until the first invocation's 200 response had arrived whole, and
+// warm the second invocation's, from being queued to the end of its response; in ms.
+type lambdaStart struct{ init, cold, warm float64 }
+
+// lambdaColdStart execs the bootstrap in task with the environment Lambda gives a function plus
+// env, under a Runtime API holding event, times its first invocation and then a second one
+// of the same event. The process is then killed, as Lambda ends an execution environment.
+func lambdaColdStart(task string, env []string, event []byte, logPath string) (lambdaStart, error) {
+	var s lambdaStart
+	api, err := startRuntimeAPI()
+	if err != nil {
+		return s, err
+	}
+	defer api.close()
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return s, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(filepath.Join(task, "bootstrap"))
+	cmd.Dir = task
+	cmd.Env = append([]string{
+		"AWS_LAMBDA_RUNTIME_API=" + api.addr,
+		"AWS_LAMBDA_FUNCTION_NAME=kiln-bench-gateway",
+		"AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
+		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=1024",
+		"AWS_LAMBDA_LOG_GROUP_NAME=/aws/lambda/kiln-bench-gateway",
+		"AWS_REGION=us-east-1",
+		"LAMBDA_TASK_ROOT=" + task,
+		"_HANDLER=bootstrap",
+		"TZ=:UTC",
+		"KILN_CATALOG=" + filepath.Join(task, "catalog.yaml"), // as template.yaml sets it
+	}, env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+
+	api.queue <- invocation{id: requestID(1), event: event}
+	started := time.Now()
+	if err := cmd.Start(); err != nil {
+		return s, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	defer func() {
+		_ = cmd.Process.Kill()
+		<-exited
+	}()
+	wait := func(id string) (time.Time, error) {
+		select {
+		case e := <-api.ended:
+			if e.err == nil && e.id != id {
+				e.err = fmt.Errorf("a response for invocation %s, want %s", e.id, id)
+			}
+			if e.err != nil {
+				return time.Time{}, fmt.Errorf("%w; its log:\n%s", e.err, tail(logPath))
+			}
+			return e.at, nil
+		case <-exited:
+			return time.Time{}, fmt.Errorf("bootstrap exited (%v) before answering; its log:\n%s", cmd.ProcessState, tail(logPath))
+		case <-time.After(10 * time.Second):
+			return time.Time{}, fmt.Errorf("bootstrap: no response within 10 s; its log:\n%s", tail(logPath))
+		}
+	}
+	end, err := wait(requestID(1))
+	if err != nil {
+		return s, err
+	}
+	s.cold, s.init = ms(end.Sub(started)), ms((<-api.asked).Sub(started))
+	queued := time.Now()
+	api.queue <- invocation{id: requestID(2), event: event}
+	if end, err = wait(requestID(2)); err != nil {
+		return s, err
+	}
+	s.warm = ms(end.Sub(queued))
+	return s, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// tail is the end of a log file, for error messages.
+func tail(path string) string {
+	b, _ := os.ReadFile(path)
+	if len(b) > 2048 {
+		b = b[len(b)-2048:]
+	}
+	return string(b)
+}
+
+// runtimeAPI is a loopback Lambda Runtime API (2018-06-01) for one bootstrap process:
+// invocation/next hands out the queued invocations one by one (and blocks while none is queued,
+// as the real one does between invocations), and each invocation's response is read to its end
+// as it streams in.
+type runtimeAPI struct {
+	addr  string
+	srv   *http.Server
+	queue chan invocation
+	asked chan time.Time // when the function first asked for an invocation: its init had ended
+	ended chan invocationEnd
+}
+
+type invocation struct {
+	id    string
+	event []byte
+}
+
+// invocationEnd is how an invocation ended: when the last byte of its response arrived, and why
+// it is not a whole 200 response if it is not.
+type invocationEnd struct {
+	id  string
+	at  time.Time
+	err error
+}
+
+const (
+	runtimePrefix = "/2018-06-01/runtime/"
+	// integrationResponse is the content type of a streamed HTTP integration response: a JSON
+	// prelude with the status and headers, eight NUL bytes, then the body.
+	integrationResponse = "application/vnd.awslambda.http-integration-response"
+)
+
+func requestID(n int) string { return fmt.Sprintf("8f4e1c2a-0b9f-4d2c-8000-%012d", n) }
+
+func startRuntimeAPI() (*runtimeAPI, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	api := &runtimeAPI{addr: ln.Addr().String(), queue: make(chan invocation, 1),
+		asked: make(chan time.Time, 1), ended: make(chan invocationEnd, 4)}
+	api.srv = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = api.srv.Serve(ln) }()
+	return api, nil
+}
+
+func (api *runtimeAPI) close() { _ = api.srv.Close() }
+
+func (api *runtimeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	path, _ := strings.CutPrefix(r.URL.Path, runtimePrefix)
+	id, what, _ := strings.Cut(strings.TrimPrefix(path, "invocation/"), "/")
+	switch {
+	case r.Method == http.MethodGet && path == "invocation/next":
+		select {
+		case api.asked <- time.Now():
+		default: // not the first time
+		}
+		select {
+		case inv := <-api.queue:
+			h := w.Header()
+			h.Set("Content-Type", "application/json")
+			h.Set("Lambda-Runtime-Aws-Request-Id", inv.id)
+			h.Set("Lambda-Runtime-Deadline-Ms", strconv.FormatInt(time.Now().Add(time.Minute).UnixMilli(), 10))
+			h.Set("Lambda-Runtime-Invoked-Function-Arn", "arn:aws:lambda:us-east-1:123456789012:function:kiln-bench-gateway")
+			_, _ = w.Write(inv.event)
+		case <-r.Context().Done():
+		}
+	case r.Method == http.MethodPost && strings.HasPrefix(path, "invocation/") && what == "response":
+		e := readResponse(r)
+		e.id = id
+		api.end(e)
+		w.WriteHeader(http.StatusAccepted)
+	case r.Method == http.MethodPost && (strings.HasPrefix(path, "invocation/") && what == "error" || path == "init/error"):
+		b, _ := io.ReadAll(io.LimitReader(r.Body, 4<<10))
+		api.end(invocationEnd{id: id, at: time.Now(), err: fmt.Errorf("%s: %s", path, b)})
+		w.WriteHeader(http.StatusAccepted)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// end records how an invocation ended.
+func (api *runtimeAPI) end(e invocationEnd) {
+	select {
+	case api.ended <- e:
+	default: // more ends than invocations: the first are what matters
+	}
+}
+
+// readResponse reads a streamed HTTP integration response to its end. A function error that
+// happens after the prelude was sent arrives in the trailer.
+func readResponse(r *http.Request) invocationEnd {
+	b, err := io.ReadAll(r.Body)
+	e := invocationEnd{at: time.Now()}
+	switch {
+	case err != nil:
+		e.err = fmt.Errorf("read the response: %w", err)
+	case r.Header.Get("Content-Type") != integrationResponse:
+		e.err = fmt.Errorf("response of type %q, want %q: %.300s", r.Header.Get("Content-Type"), integrationResponse, b)
+	case r.Trailer.Get("Lambda-Runtime-Function-Error-Type") != "":
+		e.err = fmt.Errorf("function error %s: %s", r.Trailer.Get("Lambda-Runtime-Function-Error-Type"), r.Trailer.Get("Lambda-Runtime-Function-Error-Body"))
+	}
+	if e.err != nil {
+		return e
+	}
+	head, body, ok := bytes.Cut(b, make([]byte, 8))
+	var p struct {
+		StatusCode int `json:"statusCode"`
+	}
+	if !ok || json.Unmarshal(head, &p) != nil {
+		e.err = fmt.Errorf("no JSON prelude and eight NUL bytes in %.300q", b)
+		return e
+	}
+	if p.StatusCode != http.StatusOK {
+		e.err = fmt.Errorf("status %d: %.300s", p.StatusCode, body)
+	} else if len(body) == 0 {
+		e.err = errors.New("status 200 with an empty body")
+	}
+	return e
+}
