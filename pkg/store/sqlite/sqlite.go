@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
@@ -39,6 +40,12 @@ type Store struct {
 	w    *sql.DB // one connection, used only by the writer goroutine; transactions begin IMMEDIATE
 	r    *sql.DB // read-only connections
 	st   statements
+
+	c            *sql.DB       // the checkpointer's connection (checkpoint.go)
+	commits      chan struct{} // the writer committed; see committed
+	closing      chan struct{} // closed by Close: the checkpointer stops
+	checkpointed chan struct{} // closed when the checkpointer has stopped
+	caughtUp     atomic.Bool   // the checkpointer copied the WAL; the writer should copy the rest
 
 	ops     chan *writeOp // writes for the writer goroutine
 	stopped chan struct{} // closed when the writer goroutine has ended
@@ -84,7 +91,8 @@ func (s *Store) open() error {
 	common := fmt.Sprintf("_pragma=busy_timeout(%d)&_pragma=foreign_keys(1)&_pragma=synchronous(NORMAL)",
 		busyTimeout.Milliseconds())
 	var err error
-	s.w, err = sql.Open("sqlite", s.path+"?"+common+"&_pragma=journal_mode(WAL)&_txlock=immediate")
+	s.w, err = sql.Open("sqlite", s.path+"?"+common+"&_pragma=journal_mode(WAL)&_pragma=wal_autocheckpoint(0)"+
+		fmt.Sprintf("&_pragma=journal_size_limit(%d)", walSizeLimit)+"&_txlock=immediate")
 	if err != nil {
 		return err
 	}
@@ -105,6 +113,9 @@ func (s *Store) open() error {
 	}
 	s.r.SetMaxIdleConns(4)
 	if err := s.st.prepare(ctx, s.w, s.r); err != nil {
+		return err
+	}
+	if err := s.startCheckpointer(s.path + "?" + common); err != nil {
 		return err
 	}
 	s.ops = make(chan *writeOp, 4*maxBatch)
@@ -128,7 +139,14 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		<-s.stopped
 	}
+	if s.closing != nil {
+		close(s.closing)
+		<-s.checkpointed
+	}
 	errs := []error{s.st.close()}
+	if s.c != nil {
+		errs = append(errs, s.c.Close())
+	}
 	if s.r != nil {
 		errs = append(errs, s.r.Close())
 	}

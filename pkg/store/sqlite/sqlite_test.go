@@ -347,3 +347,54 @@ func setUserVersion(t *testing.T, path string, v int) {
 		t.Fatal(err)
 	}
 }
+
+// TestCheckpoints: the writer never checkpoints by itself (wal_autocheckpoint is 0 on its
+// connection), so without the store's own checkpoints the WAL would hold every page ever
+// written. After ten thousand settlements in a row, each a commit of its own (about 6 pages:
+// some 240 MiB of WAL unchecked), the next writes must find the WAL started over and truncated
+// to the size limit.
+func TestCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir)
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	if err := s.CreateOrg(ctx, store.Org{ID: "org-a", Name: "A", MaxInFlight: 8, Status: store.OrgActive, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddEntry(ctx, store.LedgerEntry{ID: "top", OrgID: "org-a", Kind: store.EntryTopUp,
+		Amount: 1000 * money.Dollar, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	settle := func(i int) {
+		_, err := s.Settle(ctx, store.Settlement{Now: now, Event: usage.Event{
+			Version: usage.SchemaVersion, GenerationID: "gen-" + strconv.Itoa(i), OrgID: "org-a", KeyID: "kiln-AbC123xY",
+			Model: "qwen3-32b", Endpoint: "/v1/chat/completions", Status: usage.StatusCompleted,
+			HTTPStatus: 200, FinishReason: "stop", PromptTokens: 12, CompletionTokens: 30, Cost: 1_155_000,
+			StartedAt: now, Backend: "vllm-a",
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const settlements = 10_000
+	for i := range settlements {
+		settle(i)
+	}
+	wal := filepath.Join(dir, sqlite.FileName+"-wal")
+	deadline := time.Now().Add(5 * time.Second)
+	for i := settlements; ; i++ {
+		settle(i)
+		fi, err := os.Stat(wal)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Size() <= 32<<20 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("WAL still %d MiB 5 s after %d settlements: nothing checkpoints it", fi.Size()>>20, settlements)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -122,6 +122,7 @@ func (s *Store) writeLoop() {
 		}
 		s.apply(batch)
 		clear(batch)
+		s.catchUp()
 	}
 }
 
@@ -212,7 +213,11 @@ func (s *Store) try(batch []*writeOp, m mode) (again bool, err error) {
 		tx.Rollback()
 		return false, nil
 	}
-	return false, tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return false, err
+	}
+	s.committed()
+	return false, nil
 }
 
 // savepoint runs op in a savepoint of its own, so that its failure undoes only its changes.
