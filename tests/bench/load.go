@@ -16,9 +16,10 @@ import (
 	"time"
 )
 
-// target is one way to reach the model: the simulator directly or the gateway in front of it.
+// target is one way to reach the model: the simulator directly, or the gateway or the bare proxy
+// in front of it.
 type target struct {
-	name  string // "direct" or "gateway"
+	name  string // "direct", "gateway" or "bare proxy"
 	url   string // the chat completions URL
 	key   string // bearer key; "" for the simulator
 	model string // the model name this target expects
@@ -148,6 +149,11 @@ type phase struct {
 }
 
 func (p phase) rate() float64 { return float64(len(p.total)) / p.elapsed.Seconds() }
+
+// summary is the phase's p50, p99, rate and errors, for the progress log.
+func (p phase) summary() string {
+	return fmt.Sprintf("p50 %v p99 %v (%.0f/s, %d errors)", p.total.q(.5), p.total.q(.99), p.rate(), p.errs)
+}
 
 // watch names the processes whose CPU a phase accounts.
 type watch map[string]int

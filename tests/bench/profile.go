@@ -32,6 +32,7 @@ func Profile(cfg Config, dir string, seconds int) error {
 	defer os.RemoveAll(st.dir)
 	defer st.sim.stop()
 	defer st.gw.stop()
+	defer st.proxy.stop()
 	w := watch{"gateway": st.gw.pid(), "simulator": st.sim.pid()}
 	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, w) // warm up
 

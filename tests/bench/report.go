@@ -52,35 +52,37 @@ func perRound(ps []pair, f func(p pair) float64) spread {
 	return s
 }
 
-func quant(ps []pair, gateway bool, q float64, ttfb bool) spread {
-	return perRound(ps, func(p pair) float64 {
-		ph := p.direct
-		if gateway {
-			ph = p.gateway
-		}
-		if ttfb {
-			return us(ph.ttfb.q(q))
-		}
-		return us(ph.total.q(q))
-	})
+// side picks one phase of a round: the direct call, or the call through one of the proxies.
+type side func(pair) phase
+
+func ofDirect(p pair) phase  { return p.direct }
+func ofGateway(p pair) phase { return p.gateway }
+func ofBare(p pair) phase    { return p.bare }
+
+// hasBare reports whether the bare proxy was measured in every round.
+func hasBare(ps []pair) bool {
+	return len(ps) > 0 && !slices.ContainsFunc(ps, func(p pair) bool { return p.bare.elapsed == 0 })
 }
 
-func added(ps []pair, q float64, ttfb bool) spread {
-	return perRound(ps, func(p pair) float64 {
-		if ttfb {
-			return us(p.gateway.ttfb.q(q) - p.direct.ttfb.q(q))
-		}
-		return us(p.gateway.total.q(q) - p.direct.total.q(q))
-	})
+// at is a phase's quantile q of time to the first event (ttfb) or of the whole answer.
+func at(ph phase, q float64, ttfb bool) time.Duration {
+	if ttfb {
+		return ph.ttfb.q(q)
+	}
+	return ph.total.q(q)
 }
 
-func ratio(ps []pair, q float64, ttfb bool) spread {
-	return perRound(ps, func(p pair) float64 {
-		if ttfb {
-			return float64(p.gateway.ttfb.q(q)) / float64(p.direct.ttfb.q(q))
-		}
-		return float64(p.gateway.total.q(q)) / float64(p.direct.total.q(q))
-	})
+func quant(ps []pair, via side, q float64, ttfb bool) spread {
+	return perRound(ps, func(p pair) float64 { return us(at(via(p), q, ttfb)) })
+}
+
+// added is, per round, what going through via adds to the direct call's quantile q.
+func added(ps []pair, via side, q float64, ttfb bool) spread {
+	return perRound(ps, func(p pair) float64 { return us(at(via(p), q, ttfb) - at(p.direct, q, ttfb)) })
+}
+
+func ratio(ps []pair, via side, q float64, ttfb bool) spread {
+	return perRound(ps, func(p pair) float64 { return float64(at(via(p), q, ttfb)) / float64(at(p.direct, q, ttfb)) })
 }
 
 // perChunk is a stream phase's median time per event after the first, in µs.
@@ -104,12 +106,30 @@ func cpuPer(ph phase, proc string, chunks bool) float64 {
 	return us(ph.cpu[proc]) / n
 }
 
-func errsOf(ps []pair) (d, g int64) {
+// errsOf counts the failed requests of the direct calls and of those through via.
+func errsOf(ps []pair, via side) (direct, through int64) {
 	for _, p := range ps {
-		d += p.direct.errs
-		g += p.gateway.errs
+		direct += p.direct.errs
+		through += via(p).errs
 	}
-	return d, g
+	return direct, through
+}
+
+// proxy is what stood between the client and the simulator in one row of a comparison.
+type proxy struct {
+	name string
+	via  side
+	proc string // its name in the phases' CPU accounting
+}
+
+// proxiesOf are the rows of a non-streaming comparison: the gateway, and the bare proxy when
+// it was measured.
+func proxiesOf(ps []pair) []proxy {
+	rows := []proxy{{"gateway", ofGateway, "gateway"}}
+	if hasBare(ps) {
+		rows = append(rows, proxy{"bare proxy", ofBare, "bareproxy"})
+	}
+	return rows
 }
 
 func verdict(ok bool) string {
@@ -129,7 +149,10 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 	p("same load sent to the model simulator directly (a separate process, `tests/bench/cmd/simserver`) and through the")
 	p("gateway binary (`functions/gateway`, embedded SQLite store, reference catalog pointed at that simulator). The two are")
 	p("measured in alternating order, %d rounds each; figures are the median over the rounds and `(lo … hi)` their range.", c.Rounds)
-	p("The load generator (net/http keep-alive clients) runs on the same machine, so all three processes share its cores.")
+	p("In the non-streaming phases a third process takes the gateway's place in the same rounds: a bare")
+	p("`httputil.ReverseProxy` (`tests/bench/cmd/bareproxy`: no authentication, no store, no look at the body), sent")
+	p("exactly what the simulator is sent; what it adds is what any Go net/http proxy adds on this machine.")
+	p("The load generator (net/http keep-alive clients) runs on the same machine, so all the processes share its cores.")
 	p("")
 	p("- Machine: %d CPUs (`nproc`), %s, Linux %s", m.NProc, m.CPU, m.Kernel)
 	p("- Go: %s", m.Go)
@@ -149,7 +172,7 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 	p("| target | from | measured | |")
 	p("| --- | --- | --- | --- |")
 	if ps := r.Closed[8]; len(ps) > 0 {
-		a50, a99 := added(ps, .5, false), added(ps, .99, false)
+		a50, a99 := added(ps, ofGateway, .5, false), added(ps, ofGateway, .99, false)
 		p("| added p50, non-streaming, 8 connections < 500 µs | issue 2 | %s µs | %s |", a50.fmt("%.0f"), verdict(a50.median() < 500))
 		p("| added p99, non-streaming, 8 connections < 2 ms | issue 2 | %s µs | %s |", a99.fmt("%.0f"), verdict(a99.median() < 2000))
 		p("| added p50 ≤ 0.3 ms | issue 6 | %s µs | %s |", a50.fmt("%.0f"), verdict(a50.median() <= 300))
@@ -184,6 +207,12 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 			lc.dynamo.cold.fmt("%.1f"), lc.sqlite.cold.fmt("%.1f"), verdict(len(lc.dynamo.cold) > 0 && lc.dynamo.cold.median() <= 50))
 	}
 	p("")
+	if ps := r.Closed[8]; hasBare(ps) {
+		p("A bare `httputil.ReverseProxy` adds %.0f / %.0f µs (p50 / p99, median over the rounds) at 8 connections in the same run; the gateway adds %.0f / %.0f µs.",
+			added(ps, ofBare, .5, false).median(), added(ps, ofBare, .99, false).median(),
+			added(ps, ofGateway, .5, false).median(), added(ps, ofGateway, .99, false).median())
+		p("")
+	}
 	if cpuNote {
 		p("The 8-connection figure decides the CPU-per-chunk target: capacity is measured with the gateway busy, when each read finds several chunks waiting.")
 		p("")
@@ -193,25 +222,35 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 	p("## Added latency, non-streaming, closed loop")
 	p("")
 	p("Each connection sends its next request when the last answer ended. Latency is from sending the request to the")
-	p("end of the answer's body. Quantiles in µs.")
+	p("end of the answer's body. Each connection count has a row for the gateway and one for the bare proxy, both against")
+	p("the direct phases of the same rounds. Quantiles in µs.")
 	p("")
-	p("| connections | direct p50 / p99 / p99.9 | gateway p50 / p99 / p99.9 | added p50 | added p99 | added p99.9 | ratio p50 | ratio p99 | direct req/s | gateway req/s | errors (direct/gateway) |")
-	p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+	p("| connections | proxy | direct p50 / p99 / p99.9 | proxy p50 / p99 / p99.9 | added p50 | added p99 | added p99.9 | ratio p50 | ratio p99 | direct req/s | proxy req/s | errors (direct/proxy) |")
+	p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	conns := make([]int, 0, len(r.Closed))
 	for n := range r.Closed {
 		conns = append(conns, n)
 	}
 	slices.Sort(conns)
+	// latencyRow is one proxy's row of the closed- or open-loop table, after its first cells.
+	latencyRow := func(first string, ps []pair, via side, rates bool) {
+		de, pe := errsOf(ps, via)
+		rateCells := ""
+		if rates {
+			rateCells = fmt.Sprintf(" %s | %s |", perRound(ps, func(p pair) float64 { return p.direct.rate() }).fmt("%.0f"),
+				perRound(ps, func(p pair) float64 { return via(p).rate() }).fmt("%.0f"))
+		}
+		p("| %s | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %s | %s | %s | %s | %s |%s %d / %d |", first,
+			quant(ps, ofDirect, .5, false).median(), quant(ps, ofDirect, .99, false).median(), quant(ps, ofDirect, .999, false).median(),
+			quant(ps, via, .5, false).median(), quant(ps, via, .99, false).median(), quant(ps, via, .999, false).median(),
+			added(ps, via, .5, false).fmt("%.0f"), added(ps, via, .99, false).fmt("%.0f"), added(ps, via, .999, false).fmt("%.0f"),
+			ratio(ps, via, .5, false).fmt("%.2f"), ratio(ps, via, .99, false).fmt("%.2f"), rateCells, de, pe)
+	}
 	for _, n := range conns {
 		ps := r.Closed[n]
-		de, ge := errsOf(ps)
-		p("| %d | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %s | %s | %s | %s | %s | %s | %s | %d / %d |", n,
-			quant(ps, false, .5, false).median(), quant(ps, false, .99, false).median(), quant(ps, false, .999, false).median(),
-			quant(ps, true, .5, false).median(), quant(ps, true, .99, false).median(), quant(ps, true, .999, false).median(),
-			added(ps, .5, false).fmt("%.0f"), added(ps, .99, false).fmt("%.0f"), added(ps, .999, false).fmt("%.0f"),
-			ratio(ps, .5, false).fmt("%.2f"), ratio(ps, .99, false).fmt("%.2f"),
-			perRound(ps, func(p pair) float64 { return p.direct.rate() }).fmt("%.0f"),
-			perRound(ps, func(p pair) float64 { return p.gateway.rate() }).fmt("%.0f"), de, ge)
+		for _, x := range proxiesOf(ps) {
+			latencyRow(fmt.Sprintf("%d | %s", n, x.name), ps, x.via, true)
+		}
 	}
 	p("")
 	if ps := r.Open; len(ps) > 0 {
@@ -220,14 +259,11 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 		p("Requests are sent at a fixed rate whatever the answers' pace, each timed from the moment it was due (so a stall")
 		p("shows as latency, not as a slower load). Quantiles in µs.")
 		p("")
-		p("| rate | direct p50 / p99 / p99.9 | gateway p50 / p99 / p99.9 | added p50 | added p99 | added p99.9 | ratio p50 | ratio p99 | errors (direct/gateway) |")
-		p("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-		de, ge := errsOf(ps)
-		p("| %.0f req/s | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %s | %s | %s | %s | %s | %d / %d |", c.OpenRate,
-			quant(ps, false, .5, false).median(), quant(ps, false, .99, false).median(), quant(ps, false, .999, false).median(),
-			quant(ps, true, .5, false).median(), quant(ps, true, .99, false).median(), quant(ps, true, .999, false).median(),
-			added(ps, .5, false).fmt("%.0f"), added(ps, .99, false).fmt("%.0f"), added(ps, .999, false).fmt("%.0f"),
-			ratio(ps, .5, false).fmt("%.2f"), ratio(ps, .99, false).fmt("%.2f"), de, ge)
+		p("| rate | proxy | direct p50 / p99 / p99.9 | proxy p50 / p99 / p99.9 | added p50 | added p99 | added p99.9 | ratio p50 | ratio p99 | errors (direct/proxy) |")
+		p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+		for _, x := range proxiesOf(ps) {
+			latencyRow(fmt.Sprintf("%.0f req/s | %s", c.OpenRate, x.name), ps, x.via, false)
+		}
 		p("")
 	}
 
@@ -244,8 +280,8 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 			return
 		}
 		p("| %s | %.0f | %.0f | %s | %s | %.0f | %.0f | %s | %s |", name,
-			quant(ps, false, .5, ttfb).median(), quant(ps, true, .5, ttfb).median(), added(ps, .5, ttfb).fmt("%.0f"), ratio(ps, .5, ttfb).fmt("%.2f"),
-			quant(ps, false, .99, ttfb).median(), quant(ps, true, .99, ttfb).median(), added(ps, .99, ttfb).fmt("%.0f"), ratio(ps, .99, ttfb).fmt("%.2f"))
+			quant(ps, ofDirect, .5, ttfb).median(), quant(ps, ofGateway, .5, ttfb).median(), added(ps, ofGateway, .5, ttfb).fmt("%.0f"), ratio(ps, ofGateway, .5, ttfb).fmt("%.2f"),
+			quant(ps, ofDirect, .99, ttfb).median(), quant(ps, ofGateway, .99, ttfb).median(), added(ps, ofGateway, .99, ttfb).fmt("%.0f"), ratio(ps, ofGateway, .99, ttfb).fmt("%.2f"))
 	}
 	row("16-token stream, 8 connections: first event", r.Short, true)
 	row("16-token stream, 8 connections: whole stream", r.Short, false)
@@ -263,7 +299,7 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 		p("| 1,000-token stream, %s: per chunk (median) | %.2f | %.2f | %s | %s | | | | |", connections(n), d.median(), g.median(), a.fmt("%.2f"), rt.fmt("%.2f"))
 	}
 	if ps := r.Short; len(ps) > 0 {
-		de, ge := errsOf(ps)
+		de, ge := errsOf(ps, ofGateway)
 		p("")
 		p("16-token streams at 8 connections: %s streams/s direct, %s through the gateway; errors %d / %d.",
 			perRound(ps, func(p pair) float64 { return p.direct.rate() }).fmt("%.0f"),
@@ -276,21 +312,22 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 	p("")
 	p("User + system CPU of each process over the measured window, from the kernel's accounting of it (`/proc/PID/stat`")
 	p("utime + stime, the counters `getrusage` reports; 10 ms ticks). \"Simulator\" is the simulator's CPU when called")
-	p("directly; \"gateway\" is the gateway process's alone (the simulator's CPU during the gateway phase in brackets).")
+	p("directly; \"proxy\" is the gateway process's alone, or on the bare-proxy row the bare proxy's (the simulator's CPU")
+	p("during that phase in brackets); \"ratio\" is proxy / simulator.")
 	p("1,000-token streams run at 1 connection, where the gateway reads each chunk as the simulator writes it (a read and")
 	p("a write system call per chunk), and at 8 (closed loop), where the gateway is busy and its reads find several chunks")
 	p("waiting: the figure that bounds how many chunks a core can relay.")
 	p("")
-	p("| measure | simulator | gateway | ratio |")
+	p("| measure | simulator | proxy | ratio |")
 	p("| --- | --- | --- | --- |")
 	if ps := r.Closed[8]; len(ps) > 0 {
 		s := perRound(ps, func(p pair) float64 { return cpuPer(p.direct, "simulator", false) })
-		g := perRound(ps, func(p pair) float64 { return cpuPer(p.gateway, "gateway", false) })
-		sg := perRound(ps, func(p pair) float64 { return cpuPer(p.gateway, "simulator", false) })
-		p("| µs CPU per non-streamed request, 8 connections | %s | %s [%s] | %s |", s.fmt("%.1f"), g.fmt("%.1f"), sg.fmt("%.1f"),
-			perRound(ps, func(p pair) float64 {
-				return cpuPer(p.gateway, "gateway", false) / cpuPer(p.direct, "simulator", false)
-			}).fmt("%.2f"))
+		for _, x := range proxiesOf(ps) {
+			own := perRound(ps, func(p pair) float64 { return cpuPer(x.via(p), x.proc, false) })
+			sim := perRound(ps, func(p pair) float64 { return cpuPer(x.via(p), "simulator", false) })
+			p("| µs CPU per non-streamed request, 8 connections, %s | %s | %s [%s] | %s |", x.name, s.fmt("%.1f"), own.fmt("%.1f"), sim.fmt("%.1f"),
+				perRound(ps, func(p pair) float64 { return cpuPer(x.via(p), x.proc, false) / cpuPer(p.direct, "simulator", false) }).fmt("%.2f"))
+		}
 	}
 	for _, n := range []int{1, 8} {
 		ps := r.Long[n]

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -46,8 +47,9 @@ type Results struct {
 	Errors  []string
 }
 
-// pair is one round of the same load against both targets.
-type pair struct{ direct, gateway phase }
+// pair is one round of the same load against both targets, and, in the non-streaming phases,
+// against the bare proxy too (bare is empty in the others).
+type pair struct{ direct, gateway, bare phase }
 
 type memory struct {
 	streams                   int
@@ -64,13 +66,13 @@ type cold struct {
 	lambda       lambdaCold
 }
 
-// stack is the running simulator and gateway.
+// stack is the running simulator, gateway and bare proxy.
 type stack struct {
-	dir, simBin, gwBin, ctlBin string
-	sim, gw                    *proc
-	env                        []string
-	key                        string
-	direct, gateway            target
+	dir, simBin, gwBin, ctlBin, proxyBin string
+	sim, gw, proxy                       *proc
+	env                                  []string
+	key                                  string
+	direct, gateway, bare                target
 }
 
 // Run builds the binaries, starts the stack, runs every phase and returns what it measured.
@@ -84,10 +86,11 @@ func Run(cfg Config) (*Results, error) {
 	defer os.RemoveAll(st.dir)
 	defer st.sim.stop()
 	defer st.gw.stop()
-	both := watch{"gateway": st.gw.pid(), "simulator": st.sim.pid()}
+	defer st.proxy.stop()
+	all := watch{"gateway": st.gw.pid(), "simulator": st.sim.pid(), "bareproxy": st.proxy.pid()}
 
-	// Sanity: each kind of request through both targets, whole.
-	for _, t := range []target{st.direct, st.gateway} {
+	// Sanity: each kind of request through every target, whole.
+	for _, t := range []target{st.direct, st.gateway, st.bare} {
 		for _, k := range []requestKind{nonStreaming, shortStream, longStream} {
 			c := newClient(1)
 			r, err := call(context.Background(), c, t, t.body(k), k != nonStreaming)
@@ -101,28 +104,39 @@ func Run(cfg Config) (*Results, error) {
 		}
 	}
 	logf("warming up")
-	closedLoop(st.direct, nonStreaming, 8, 0, time.Second, both)
-	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, both)
+	closedLoop(st.direct, nonStreaming, 8, 0, time.Second, all)
+	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, all)
+	closedLoop(st.bare, nonStreaming, 8, 0, time.Second, all)
 
 	// Memory first, while the gateway's heap holds nothing left over from the load phases.
 	logf("memory: %d slow streams", cfg.Streams)
 	res.Memory = measureMemory(st, cfg.Streams)
 
-	rounds := func(what string, f func() phase, g func() phase) []pair {
+	// rounds measures f (direct) and g (the gateway), and b (the bare proxy) unless it is nil,
+	// cfg.Rounds times. The order reverses every round (direct, bare, gateway; then gateway,
+	// bare, direct) so that a steady drift in the machine's speed hits all of them alike.
+	rounds := func(what string, f, g, b func() phase) []pair {
 		var ps []pair
 		for r := range cfg.Rounds {
 			var p pair
-			// Alternate which goes first so that drift in the machine's speed hits both.
-			if r%2 == 0 {
-				p.direct, p.gateway = f(), g()
-			} else {
-				p.gateway = g()
-				p.direct = f()
+			steps := []func(){func() { p.direct = f() }, func() { p.gateway = g() }}
+			if b != nil {
+				steps = slices.Insert(steps, 1, func() { p.bare = b() })
 			}
-			logf("%s round %d: direct p50 %v p99 %v (%.0f/s, %d errors); gateway p50 %v p99 %v (%.0f/s, %d errors)", what, r+1,
-				p.direct.total.q(.5), p.direct.total.q(.99), p.direct.rate(), p.direct.errs,
-				p.gateway.total.q(.5), p.gateway.total.q(.99), p.gateway.rate(), p.gateway.errs)
-			for _, ph := range []phase{p.direct, p.gateway} {
+			if r%2 == 1 {
+				slices.Reverse(steps)
+			}
+			for _, step := range steps {
+				step()
+			}
+			line := fmt.Sprintf("%s round %d: direct %s; gateway %s", what, r+1, p.direct.summary(), p.gateway.summary())
+			measured := []phase{p.direct, p.gateway}
+			if b != nil {
+				line += "; bare proxy " + p.bare.summary()
+				measured = append(measured, p.bare)
+			}
+			logf("%s", line)
+			for _, ph := range measured {
 				if ph.firstErr != nil {
 					res.Errors = append(res.Errors, fmt.Sprintf("%s round %d: %v", what, r+1, ph.firstErr))
 				}
@@ -133,27 +147,30 @@ func Run(cfg Config) (*Results, error) {
 	}
 	for _, n := range cfg.Conns {
 		res.Closed[n] = rounds(fmt.Sprintf("non-streaming, %d connections", n),
-			func() phase { return closedLoop(st.direct, nonStreaming, n, cfg.Warmup, cfg.Duration, both) },
-			func() phase { return closedLoop(st.gateway, nonStreaming, n, cfg.Warmup, cfg.Duration, both) })
+			func() phase { return closedLoop(st.direct, nonStreaming, n, cfg.Warmup, cfg.Duration, all) },
+			func() phase { return closedLoop(st.gateway, nonStreaming, n, cfg.Warmup, cfg.Duration, all) },
+			func() phase { return closedLoop(st.bare, nonStreaming, n, cfg.Warmup, cfg.Duration, all) })
 	}
 	res.Short = rounds("streaming 16 tokens, 8 connections",
-		func() phase { return closedLoop(st.direct, shortStream, 8, cfg.Warmup, cfg.Duration, both) },
-		func() phase { return closedLoop(st.gateway, shortStream, 8, cfg.Warmup, cfg.Duration, both) })
+		func() phase { return closedLoop(st.direct, shortStream, 8, cfg.Warmup, cfg.Duration, all) },
+		func() phase { return closedLoop(st.gateway, shortStream, 8, cfg.Warmup, cfg.Duration, all) }, nil)
 	// At one connection the gateway reads each chunk as the simulator writes it, a read and a
 	// write system call per chunk; at eight it is busy and its reads find several chunks waiting.
 	for _, n := range []int{1, 8} {
 		res.Long[n] = rounds("streaming 1,000 tokens, "+connections(n),
-			func() phase { return closedLoop(st.direct, longStream, n, cfg.Warmup, cfg.Duration, both) },
-			func() phase { return closedLoop(st.gateway, longStream, n, cfg.Warmup, cfg.Duration, both) })
+			func() phase { return closedLoop(st.direct, longStream, n, cfg.Warmup, cfg.Duration, all) },
+			func() phase { return closedLoop(st.gateway, longStream, n, cfg.Warmup, cfg.Duration, all) }, nil)
 	}
 	if cfg.OpenRate > 0 {
 		res.Open = rounds(fmt.Sprintf("open loop %.0f/s", cfg.OpenRate),
-			func() phase { return openLoop(st.direct, cfg.OpenRate, cfg.OpenFor, both) },
-			func() phase { return openLoop(st.gateway, cfg.OpenRate, cfg.OpenFor, both) })
+			func() phase { return openLoop(st.direct, cfg.OpenRate, cfg.OpenFor, all) },
+			func() phase { return openLoop(st.gateway, cfg.OpenRate, cfg.OpenFor, all) },
+			func() phase { return openLoop(st.bare, cfg.OpenRate, cfg.OpenFor, all) })
 	}
 
 	logf("cold start: %d rounds", cfg.ColdStarts)
 	st.gw.stop()
+	st.proxy.stop()
 	res.Cold = measureColdStart(st, cfg.ColdStarts)
 	logf("Lambda bootstrap cold start: %d rounds on each store", cfg.ColdStarts)
 	res.Cold.lambda = measureLambdaColdStart(st, cfg.Repo, cfg.ColdStarts)
@@ -171,16 +188,24 @@ func Run(cfg Config) (*Results, error) {
 	return res, nil
 }
 
-// setUp builds the binaries and starts the simulator and the gateway (gwPkg overrides the
-// gateway's package, for the profiling build), with an organization that load cannot exhaust.
-func setUp(cfg Config, gwPkg string, gwEnv []string) (*stack, error) {
+// setUp builds the binaries and starts the simulator, the bare proxy in front of it and the
+// gateway (gwPkg overrides the gateway's package, for the profiling build), with an organization
+// that load cannot exhaust.
+func setUp(cfg Config, gwPkg string, gwEnv []string) (_ *stack, err error) {
 	dir, err := os.MkdirTemp("", "kilnbench-")
 	if err != nil {
 		return nil, err
 	}
-	st := &stack{dir: dir,
-		simBin: filepath.Join(dir, "simserver"), ctlBin: filepath.Join(dir, "kilnctl"), gwBin: cfg.GatewayBin}
-	builds := map[string]string{st.simBin: "./tests/bench/cmd/simserver", st.ctlBin: "./infra/kilnctl"}
+	st := &stack{dir: dir, simBin: filepath.Join(dir, "simserver"), ctlBin: filepath.Join(dir, "kilnctl"),
+		proxyBin: filepath.Join(dir, "bareproxy"), gwBin: cfg.GatewayBin}
+	defer func() {
+		if err != nil {
+			st.proxy.stop()
+			st.sim.stop()
+		}
+	}()
+	builds := map[string]string{st.simBin: "./tests/bench/cmd/simserver", st.ctlBin: "./infra/kilnctl",
+		st.proxyBin: "./tests/bench/cmd/bareproxy"}
 	if st.gwBin == "" || gwPkg != "" {
 		st.gwBin = filepath.Join(dir, "gateway")
 		builds[st.gwBin] = "./functions/gateway"
@@ -202,6 +227,11 @@ func setUp(cfg Config, gwPkg string, gwEnv []string) (*stack, error) {
 		return nil, err
 	}
 	simHost := strings.TrimSuffix(strings.TrimPrefix(st.sim.base, "http://"), "/v1")
+	st.proxy, err = start("bare proxy", st.proxyBin, []string{"-upstream", "http://" + simHost},
+		[]string{"PATH=" + os.Getenv("PATH")}, filepath.Join(dir, "bareproxy.log"))
+	if err != nil {
+		return nil, err
+	}
 	ref, err := os.ReadFile(filepath.Join(cfg.Repo, "infra", "catalog.yaml"))
 	if err != nil {
 		return nil, err
@@ -219,19 +249,20 @@ func setUp(cfg Config, gwPkg string, gwEnv []string) (*stack, error) {
 		"HOME=" + os.Getenv("HOME"),
 	}
 	if st.key, err = seedOrg(st.ctlBin, st.env); err != nil {
-		st.sim.stop()
 		return nil, err
 	}
 
 	st.gw, err = start("gateway", st.gwBin, nil, append(st.env, gwEnv...), filepath.Join(dir, "gateway.log"))
 	if err != nil {
-		st.sim.stop()
 		return nil, err
 	}
 	st.direct = target{name: "direct", url: st.sim.base + "/chat/completions", model: "Qwen/Qwen3-32B",
 		streamOptions: `{"include_usage":true,"continuous_usage_stats":true}`}
 	st.gateway = target{name: "gateway", url: st.gw.base + "/chat/completions", key: st.key, model: "qwen3-32b",
 		streamOptions: `{"include_usage":true}`}
+	// The bare proxy passes the path through, so it is sent exactly what the simulator is.
+	st.bare = st.direct
+	st.bare.name, st.bare.url = "bare proxy", st.proxy.base+"/chat/completions"
 	return st, nil
 }
 
