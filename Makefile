@@ -86,7 +86,6 @@ test-e2e: tests/js/node_modules/.package-lock.json infra/dynamodb-local/node_mod
 # The gateway against the simulator alone, same run, ratios; writes BENCHMARKS.md.
 bench: build-local infra/dynamodb-local/node_modules/.package-lock.json
 	$(GO) run ./tests/bench/cmd/kilnbench -gateway $(BIN)/gateway -command "make bench" -out BENCHMARKS.md | tee bench.txt
-	$(GO) test -run '^$$' -bench AdmitSettle -benchtime 1000x -count 3 ./pkg/store/dynamo/ | tee -a bench.txt
 
 FUZZTIME ?= 30s
 fuzz:

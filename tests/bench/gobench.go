@@ -23,6 +23,23 @@ var goBenchPackages = []string{"./pkg/openai/", "./pkg/gateway/", "./pkg/store/s
 // runGoBench runs the packages' benchmarks with -benchmem and parses go test's output.
 func runGoBench(repo string, count int, log *os.File) ([]*goBench, string, error) {
 	args := append([]string{"test", "-run", "^$", "-bench", ".", "-benchmem", "-count", strconv.Itoa(count)}, goBenchPackages...)
+	return goTestBench(repo, args, log)
+}
+
+// storeBenchOps is how many admissions and settlements the DynamoDB store's benchmark times on
+// each server (DynamoDB Local, moto), a few milliseconds each.
+const storeBenchOps = 300
+
+// runStoreBench times admission and settlement on the DynamoDB store against DynamoDB Local and
+// moto, which its test package starts itself (BenchmarkAdmitSettle reports p50 and p99 of each).
+func runStoreBench(repo string, count int, log *os.File) ([]*goBench, string, error) {
+	args := []string{"test", "-run", "^$", "-bench", "^BenchmarkAdmitSettle$", "-benchtime", fmt.Sprintf("%dx", storeBenchOps),
+		"-count", strconv.Itoa(count), "./pkg/store/dynamo/"}
+	return goTestBench(repo, args, log)
+}
+
+// goTestBench runs go with args, a go test -bench command, and parses its output.
+func goTestBench(repo string, args []string, log *os.File) ([]*goBench, string, error) {
 	cmd := exec.Command("go", args...)
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")

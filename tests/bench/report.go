@@ -444,6 +444,35 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 		}
 		p("")
 	}
+	// Store latency.
+	if sq := findGoBench(r.GoBench, "BenchmarkAdmitSettle"); sq != nil || len(r.Store) > 0 {
+		p("## Store: admission and settlement")
+		p("")
+		p("One `Admit` then one `Settle` at a time, each timed alone; medians over the runs of each quantile, in ms. The")
+		p("embedded store is `BenchmarkAdmitSettle` of the Go micro-benchmarks above (SQLite on this machine's disk); the")
+		p("DynamoDB store runs `%s` (%d of each per run,", r.StoreCmd, storeBenchOps)
+		p("against DynamoDB Local 3.3.0 and moto on loopback, started by the test package; on AWS a call is a network round")
+		p("trip to DynamoDB instead).")
+		p("")
+		p("| store | admit p50 | admit p99 | settle p50 | settle p99 | calls per request |")
+		p("| --- | --- | --- | --- | --- | --- |")
+		row := func(name string, b *goBench) {
+			v := func(unit string) string {
+				if s, ok := b.values[unit]; ok {
+					return s.fmt("%.3f")
+				}
+				return ""
+			}
+			p("| %s | %s | %s | %s | %s | %s |", name, v("admit-p50-ms"), v("admit-p99-ms"), v("settle-p50-ms"), v("settle-p99-ms"), v("calls/op"))
+		}
+		if sq != nil {
+			row("embedded (SQLite)", sq)
+		}
+		for _, b := range r.Store {
+			row("DynamoDB ("+strings.TrimPrefix(b.name, "BenchmarkAdmitSettle/")+")", b)
+		}
+		p("")
+	}
 	if len(r.Errors) > 0 {
 		p("## Errors during the run")
 		p("")
