@@ -4,18 +4,42 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/store/dynamo"
 	"github.com/neocloud/kiln/pkg/store/sqlite"
 )
 
-// OpenStore opens the store the configuration names. Opening the DynamoDB store does not call
-// DynamoDB; the first request finds out whether the tables and credentials are there.
+// OpenStore opens the store the configuration names. The embedded store shares its directory:
+// kilnctl's, and the Lambda gateway's (whose process is frozen between invocations, so it keeps
+// its slots in the database). Without a bus it folds usage at settlement. Opening the DynamoDB
+// store does not call DynamoDB; the first request finds out whether the tables and credentials
+// are there.
 func OpenStore(ctx context.Context, c Config) (store.Store, error) {
+	return openStore(ctx, c, sqlite.Options{FoldAtSettlement: c.FoldsAtSettlement()})
+}
+
+// gatewayCommitWindow is how long the gateway's embedded store waits for more settlements to
+// share a commit: they run after the response, so nobody waits for it, and at a few thousand
+// requests a second one commit then serves several requests.
+const gatewayCommitWindow = time.Millisecond
+
+// OpenServerStore is OpenStore for the gateway's local server, a long-running process. The
+// embedded store then owns the directory's in-flight slots (in memory, behind a lock file: one
+// gateway per directory) and shares commits over a short window.
+func OpenServerStore(ctx context.Context, c Config) (store.Store, error) {
+	return openStore(ctx, c, sqlite.Options{
+		OwnSlots:         true,
+		CommitWindow:     gatewayCommitWindow,
+		FoldAtSettlement: c.FoldsAtSettlement(),
+	})
+}
+
+func openStore(ctx context.Context, c Config, embedded sqlite.Options) (store.Store, error) {
 	switch c.Store {
 	case StoreSQLite:
-		s, err := sqlite.OpenWith(c.DataDir, sqlite.Options{FoldAtSettlement: c.FoldsAtSettlement()})
+		s, err := sqlite.OpenWith(c.DataDir, embedded)
 		if err != nil {
 			return nil, fmt.Errorf("open embedded store in %s: %w", c.DataDir, err)
 		}

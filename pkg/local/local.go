@@ -60,7 +60,7 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 		log.Info("dynamodb tables ready", slog.String("endpoint", cfg.DynamoDBEndpoint),
 			slog.String("orgs", tables.Orgs), slog.Int("created", len(created)))
 	}
-	st, err := config.OpenStore(ctx, cfg)
+	st, err := config.OpenServerStore(ctx, cfg)
 	if err != nil {
 		return err
 	}

@@ -52,6 +52,11 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 		return err
 	}
 	unpublished := sql.NullInt64{Int64: now, Valid: !s.opt.FoldAtSettlement}
+	if s.slots != nil && st.Lease.HolderID != "" {
+		// The request is over: its slot is free now, not after the commit (which a gateway's
+		// store delays to share it; see Options.CommitWindow).
+		s.slots.release(e.OrgID, st.Lease.HolderID)
+	}
 	return s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		// The debit comes first and only when the generation was not settled, so that every
 		// refusal comes before any change.
@@ -81,7 +86,7 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 			// that the debit is undone.
 			return fmt.Errorf("usage row of %s: %d rows inserted", e.GenerationID, n)
 		}
-		if st.Lease.HolderID != "" {
+		if st.Lease.HolderID != "" && s.slots == nil {
 			if _, err := tx.StmtContext(ctx, s.st.settleRelease).ExecContext(ctx, e.OrgID, st.Lease.HolderID); err != nil {
 				return err
 			}

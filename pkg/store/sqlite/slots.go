@@ -28,6 +28,9 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 	if err != nil {
 		return store.Lease{}, err
 	}
+	if s.slots != nil {
+		return s.admitInMemory(ctx, req, now, expires)
+	}
 	var full bool
 	err = s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		full = false
@@ -80,6 +83,31 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires)}, nil
 }
 
+// admitInMemory is admit for a Store with OwnSlots: the organization's row is read, in the
+// same order of checks, and the slot taken in memory.
+func (s *Store) admitInMemory(ctx context.Context, req store.AdmitRequest, now, expires int64) (store.Lease, error) {
+	var (
+		status  string
+		balance int64
+		limit   int
+	)
+	err := s.st.admitOrg.QueryRowContext(ctx, req.OrgID).Scan(&status, &balance, &limit)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return store.Lease{}, store.ErrNotFound
+	case err != nil:
+		return store.Lease{}, err
+	case store.OrgStatus(status) != store.OrgActive:
+		return store.Lease{}, store.ErrSuspended
+	case balance <= 0:
+		return store.Lease{}, store.ErrInsufficientCredits
+	}
+	if err := s.slots.admit(req.OrgID, req.HolderID, limit, now, expires); err != nil {
+		return store.Lease{}, err
+	}
+	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires)}, nil
+}
+
 // Renew extends an unexpired lease to now+ttl (store.DefaultLeaseTTL when ttl is zero);
 // ErrLeaseLost when the lease was released or had expired by now.
 func (s *Store) Renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
@@ -103,6 +131,13 @@ func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 	if err != nil {
 		return store.Lease{}, err
 	}
+	if s.slots != nil {
+		if err := s.slots.renew(lease.OrgID, lease.HolderID, n, expires); err != nil {
+			return store.Lease{}, err
+		}
+		lease.Expires = store.FromUnixNanos(expires)
+		return lease, nil
+	}
 	var res sql.Result
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
 		res, err = tx.StmtContext(ctx, s.st.renew).ExecContext(ctx, expires, lease.OrgID, lease.HolderID, n)
@@ -123,6 +158,12 @@ func (s *Store) InFlight(ctx context.Context, orgID string, now time.Time) ([]st
 	n, err := store.UnixNanos("now", now)
 	if err != nil {
 		return nil, fmt.Errorf("in flight of %s: %w", orgID, err)
+	}
+	if s.slots != nil {
+		if _, err := s.Org(ctx, orgID); err != nil {
+			return nil, fmt.Errorf("in flight of %s: %w", orgID, err)
+		}
+		return s.slots.inFlight(orgID, n), nil
 	}
 	var leases []store.Lease
 	err = s.list(ctx, orgID, func(rows *sql.Rows) error {

@@ -6,7 +6,9 @@
 // deadlocking on a read-to-write upgrade, and readers on their own connections never wait for a
 // writer. Writes that queue up while a transaction commits share the next one (group commit),
 // each in a savepoint of its own or checked before it changes anything, so that one write's
-// failure stays its own. Money is INTEGER picodollars and times are INTEGER Unix nanoseconds,
+// failure stays its own. The gateway's Store (Options.OwnSlots) keeps the in-flight slots in
+// memory instead, one gateway per directory, and lets settlements share commits over a short
+// window (memslots.go). Money is INTEGER picodollars and times are INTEGER Unix nanoseconds,
 // so sums, orderings and expiry comparisons are exact.
 package sqlite
 
@@ -47,6 +49,11 @@ type Store struct {
 	checkpointed chan struct{} // closed when the checkpointer has stopped
 	caughtUp     atomic.Bool   // the checkpointer copied the WAL; the writer should copy the rest
 
+	slots      *memSlots     // with OwnSlots; nil otherwise
+	lock       *os.File      // with OwnSlots: the directory's lock file, held
+	mirrorStop chan struct{} // closed by Close: the mirror stops
+	mirrorDone chan struct{} // closed when the mirror has stopped
+
 	ops     chan *writeOp // writes for the writer goroutine
 	stopped chan struct{} // closed when the writer goroutine has ended
 	mu      sync.RWMutex  // guards closed against sends on ops
@@ -61,6 +68,14 @@ type Options struct {
 	// aggregates live in this database anyway. Exactly once by construction, and no second
 	// write per request. Without it, settled events wait in the outbox for a publisher.
 	FoldAtSettlement bool
+	// OwnSlots: this Store is the gateway's, the only one admitting requests on the directory;
+	// it holds the in-flight slots in memory, behind a lock file (memslots.go). Without it,
+	// slots are leases in the database, which several processes can share.
+	OwnSlots bool
+	// CommitWindow, when positive, is how long the writer waits after a write arrives for more
+	// to share its commit: for a gateway whose writes are settlements nobody waits for (they
+	// run after the response), so that one commit serves many requests. Zero commits at once.
+	CommitWindow time.Duration
 }
 
 // Open opens the store in dir, creating the directory (mode 0700) and the database as needed,
@@ -121,6 +136,9 @@ func (s *Store) open() error {
 	s.ops = make(chan *writeOp, 4*maxBatch)
 	s.stopped = make(chan struct{})
 	go s.writeLoop()
+	if s.opt.OwnSlots {
+		return s.ownSlots()
+	}
 	return nil
 }
 
@@ -130,6 +148,10 @@ func (s *Store) Path() string { return s.path }
 // Close applies the writes already queued, then releases the database; writes after Close fail.
 // Leases still held stay in the file until they expire.
 func (s *Store) Close() error {
+	var errs []error
+	if s.slots != nil {
+		errs = append(errs, s.releaseSlots())
+	}
 	if s.ops != nil {
 		s.mu.Lock()
 		if !s.closed {
@@ -143,7 +165,7 @@ func (s *Store) Close() error {
 		close(s.closing)
 		<-s.checkpointed
 	}
-	errs := []error{s.st.close()}
+	errs = append(errs, s.st.close())
 	if s.c != nil {
 		errs = append(errs, s.c.Close())
 	}
@@ -152,6 +174,9 @@ func (s *Store) Close() error {
 	}
 	if s.w != nil {
 		errs = append(errs, s.w.Close())
+	}
+	if s.lock != nil {
+		errs = append(errs, s.lock.Close())
 	}
 	return errors.Join(errs...)
 }

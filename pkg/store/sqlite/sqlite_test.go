@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -412,5 +413,89 @@ func TestCheckpoints(t *testing.T) {
 			t.Fatalf("WAL still %d MiB 5 s after %d settlements: nothing checkpoints it", fi.Size()>>20, settlements)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// openGateway opens dir as the gateway does: slots in memory, commits shared over a window.
+func openGateway(t testing.TB, dir string) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.OpenWith(dir, sqlite.Options{OwnSlots: true, CommitWindow: time.Millisecond})
+	if err != nil {
+		t.Fatalf("OpenWith(%s, OwnSlots): %v", dir, err)
+	}
+	return s
+}
+
+// TestContractOwnSlots runs the contract on the gateway's store: slots in memory.
+func TestContractOwnSlots(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store { return openGateway(t, t.TempDir()) })
+}
+
+// TestOwnSlots: one gateway's store per directory (a second is refused while the first is open,
+// and admitted once it closed), kilnctl's store alongside it sees its slots in the leases table
+// soon after they change, and none once it closed.
+func TestOwnSlots(t *testing.T) {
+	dir := t.TempDir()
+	gw := openGateway(t, dir)
+	if s, err := sqlite.OpenWith(dir, sqlite.Options{OwnSlots: true}); err == nil {
+		s.Close()
+		t.Fatal("a second gateway store opened on the same directory")
+	} else if !strings.Contains(err.Error(), sqlite.LockName) {
+		t.Errorf("second gateway store: %v; want the lock file named", err)
+	}
+	ctl := open(t, dir) // kilnctl
+	defer ctl.Close()
+	ctx := t.Context()
+	now := time.Now()
+	if err := ctl.CreateOrg(ctx, store.Org{ID: "org-a", Name: "A", MaxInFlight: 2, Status: store.OrgActive, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.AddEntry(ctx, store.LedgerEntry{ID: "top", OrgID: "org-a", Kind: store.EntryTopUp, Amount: money.Dollar, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []string{"gen-1", "gen-2"} {
+		if _, err := gw.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: h, Now: now}); err != nil {
+			t.Fatalf("Admit(%s): %v", h, err)
+		}
+	}
+	if _, err := gw.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: "gen-3", Now: now}); !errors.Is(err, store.ErrSlotsFull) {
+		t.Fatalf("third Admit at limit 2: %v, want ErrSlotsFull", err)
+	}
+	waitLeases := func(want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			leases, err := ctl.InFlight(ctx, "org-a", now)
+			var got []string
+			for _, l := range leases {
+				got = append(got, l.HolderID)
+			}
+			if err == nil && slices.Equal(got, want) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("kilnctl's store sees %v (%v), want %v", got, err, want)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitLeases("gen-1", "gen-2")
+	if _, err := gw.Settle(ctx, store.Settlement{Lease: store.Lease{OrgID: "org-a", HolderID: "gen-1"}, Now: now, Event: usage.Event{
+		Version: usage.SchemaVersion, GenerationID: "gen-1", OrgID: "org-a", KeyID: "kiln-AbC123xY", Model: "qwen3-32b",
+		Endpoint: "/v1/chat/completions", Status: usage.StatusCompleted, HTTPStatus: 200, Cost: 1, StartedAt: now, Backend: "vllm-a",
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gw.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: "gen-3", Now: now}); err != nil {
+		t.Fatalf("Admit after a settlement freed a slot: %v", err)
+	}
+	waitLeases("gen-2", "gen-3")
+	if err := gw.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	waitLeases()
+	again := openGateway(t, dir)
+	if err := again.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
 	}
 }

@@ -13,6 +13,7 @@ type statements struct {
 	org          *sql.Stmt
 	generation   *sql.Stmt
 	maintenance  *sql.Stmt
+	admitOrg     *sql.Stmt
 
 	savepoint  *sql.Stmt
 	rollbackTo *sql.Stmt
@@ -49,6 +50,7 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 		{r, &st.org, `SELECT id, name, status, max_in_flight, balance, created_at FROM orgs WHERE id = ?`},
 		{r, &st.generation, `SELECT ` + usageColumns + ` FROM usage WHERE org_id = ? AND generation_id = ?`},
 		{r, &st.maintenance, `SELECT on_, until FROM maintenance WHERE id = 1`},
+		{r, &st.admitOrg, `SELECT status, balance, max_in_flight FROM orgs WHERE id = ?`},
 
 		{w, &st.savepoint, `SAVEPOINT write`},
 		{w, &st.rollbackTo, `ROLLBACK TO write`},
@@ -105,7 +107,7 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 func (st *statements) close() error {
 	var errs []error
 	for _, s := range []*sql.Stmt{
-		st.authenticate, st.org, st.generation, st.maintenance,
+		st.authenticate, st.org, st.generation, st.maintenance, st.admitOrg,
 		st.savepoint, st.rollbackTo, st.release,
 		st.admitCheck, st.admitPurge, st.admitInsert, st.renew,
 		st.settleRelease, st.settleUsage, st.settleLedger, st.settleDebit,

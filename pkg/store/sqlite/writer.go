@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"sync/atomic"
+	"time"
 )
 
 // maxBatch bounds how many queued writes share one transaction: enough to spread a commit over
@@ -106,8 +107,30 @@ func (s *Store) enqueue(ctx context.Context, op *writeOp) error {
 func (s *Store) writeLoop() {
 	defer close(s.stopped)
 	batch := make([]*writeOp, 0, maxBatch)
+	var window *time.Timer
+	if s.opt.CommitWindow > 0 {
+		window = time.NewTimer(s.opt.CommitWindow)
+		window.Stop()
+	}
 	for op := range s.ops {
 		batch = append(batch[:0], op)
+		if window != nil {
+			// Wait for more writes to share the commit, for at most the window.
+			window.Reset(s.opt.CommitWindow)
+		wait:
+			for len(batch) < maxBatch {
+				select {
+				case op, ok := <-s.ops:
+					if !ok {
+						break wait
+					}
+					batch = append(batch, op)
+				case <-window.C:
+					break wait
+				}
+			}
+			window.Stop()
+		}
 	fill:
 		for len(batch) < maxBatch {
 			select {
