@@ -14,6 +14,7 @@ import (
 // come only from Settle. An entry whose ID the organization already has changes nothing and
 // returns ErrExists.
 func (s *Store) AddEntry(ctx context.Context, e store.LedgerEntry) error {
+	defer s.orgChanged(e.OrgID)
 	if err := checkEntry(e); err != nil {
 		return fmt.Errorf("add entry %s to %s: %w", e.ID, e.OrgID, err)
 	}

@@ -145,7 +145,7 @@ func (s *Store) ownSlots() error {
 		return fmt.Errorf("another gateway holds %s: %w", lock.Name(), err)
 	}
 	s.lock = lock
-	s.slots = newMemSlots()
+	s.slots, s.orgs = newMemSlots(), newOrgRows()
 	if err := s.mirror(context.Background(), nil); err != nil {
 		return err
 	}
@@ -212,4 +212,70 @@ func (s *Store) releaseSlots() error {
 	close(s.mirrorStop)
 	<-s.mirrorDone
 	return s.mirror(context.Background(), nil)
+}
+
+// orgTTL is how long a gateway's Store (OwnSlots) admits on an organization's row without reading
+// it again: its own settlements and changes update the copy at once, and kilnctl's (another
+// process) reach it within orgTTL, as a revoked key reaches the gateway's key cache.
+const orgTTL = 250 * time.Millisecond
+
+// admitRow is what admission reads of an organization.
+type admitRow struct {
+	status  store.OrgStatus
+	balance int64 // picodollars
+	limit   int
+	read    time.Time
+}
+
+// orgRows are a gateway's Store's copies of the organization rows admission reads. Every change
+// this Store makes to an organization bumps its version, so that a copy read from the database
+// before the change never replaces what the change left.
+type orgRows struct {
+	mu       sync.Mutex
+	rows     map[string]admitRow
+	versions map[string]uint64
+}
+
+func newOrgRows() *orgRows {
+	return &orgRows{rows: map[string]admitRow{}, versions: map[string]uint64{}}
+}
+
+// get returns the organization's row if one younger than orgTTL is kept, and otherwise the
+// version to hand to put with the row read from the database.
+func (o *orgRows) get(orgID string, now time.Time) (admitRow, uint64, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r, ok := o.rows[orgID]
+	if ok && now.Sub(r.read) < orgTTL {
+		return r, 0, true
+	}
+	return admitRow{}, o.versions[orgID], false
+}
+
+// put keeps a row read from the database, unless the organization changed since version.
+func (o *orgRows) put(orgID string, r admitRow, version uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.versions[orgID] == version {
+		o.rows[orgID] = r
+	}
+}
+
+// debit takes a settled cost off the kept balance.
+func (o *orgRows) debit(orgID string, cost int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.versions[orgID]++
+	if r, ok := o.rows[orgID]; ok {
+		r.balance -= cost
+		o.rows[orgID] = r
+	}
+}
+
+// forget drops the kept row after a change this Store made to the organization.
+func (o *orgRows) forget(orgID string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.versions[orgID]++
+	delete(o.rows, orgID)
 }

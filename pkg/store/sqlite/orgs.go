@@ -13,6 +13,7 @@ import (
 // CreateOrg creates an organization with a zero balance: credits arrive only through the ledger.
 // A zero MaxInFlight means store.DefaultMaxInFlight and an empty Status means active.
 func (s *Store) CreateOrg(ctx context.Context, org store.Org) error {
+	defer s.orgChanged(org.ID)
 	if org.ID == "" {
 		return errors.New("create org: empty id")
 	}
@@ -110,6 +111,7 @@ func (s *Store) Orgs(ctx context.Context) ([]store.Org, error) {
 
 // SetOrgStatus suspends or resumes an organization.
 func (s *Store) SetOrgStatus(ctx context.Context, orgID string, status store.OrgStatus) error {
+	defer s.orgChanged(orgID)
 	if err := checkOrg(status, 1); err != nil {
 		return fmt.Errorf("set status of %s: %w", orgID, err)
 	}
@@ -119,10 +121,19 @@ func (s *Store) SetOrgStatus(ctx context.Context, orgID string, status store.Org
 // SetMaxInFlight sets an organization's in-flight limit; holders above a lowered limit keep
 // their slots until they release them.
 func (s *Store) SetMaxInFlight(ctx context.Context, orgID string, n int) error {
+	defer s.orgChanged(orgID)
 	if err := checkOrg(store.OrgActive, n); err != nil {
 		return fmt.Errorf("set limit of %s: %w", orgID, err)
 	}
 	return s.update(ctx, "set limit of "+orgID, `UPDATE orgs SET max_in_flight = ? WHERE id = ?`, n, orgID)
+}
+
+// orgChanged drops a gateway's Store's copy of an organization's row (memslots.go) after this
+// Store changed it.
+func (s *Store) orgChanged(orgID string) {
+	if s.orgs != nil {
+		s.orgs.forget(orgID)
+	}
 }
 
 func (s *Store) update(ctx context.Context, op, query string, args ...any) error {

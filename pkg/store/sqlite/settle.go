@@ -30,6 +30,9 @@ func (s *Store) Settle(ctx context.Context, st store.Settlement) (store.SettleRe
 	if err != nil {
 		return store.SettleResult{}, fmt.Errorf("settle %s of %s: %w", e.GenerationID, e.OrgID, err)
 	}
+	if s.orgs != nil {
+		s.orgs.debit(e.OrgID, int64(e.Cost))
+	}
 	return store.SettleResult{}, nil
 }
 

@@ -83,26 +83,29 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires)}, nil
 }
 
-// admitInMemory is admit for a Store with OwnSlots: the organization's row is read, in the
-// same order of checks, and the slot taken in memory.
+// admitInMemory is admit for a Store with OwnSlots: the organization's row (kept for orgTTL) is
+// checked in the same order, and the slot taken in memory.
 func (s *Store) admitInMemory(ctx context.Context, req store.AdmitRequest, now, expires int64) (store.Lease, error) {
-	var (
-		status  string
-		balance int64
-		limit   int
-	)
-	err := s.st.admitOrg.QueryRowContext(ctx, req.OrgID).Scan(&status, &balance, &limit)
+	org, version, ok := s.orgs.get(req.OrgID, time.Now())
+	if !ok {
+		var status string
+		err := s.st.admitOrg.QueryRowContext(ctx, req.OrgID).Scan(&status, &org.balance, &org.limit)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return store.Lease{}, store.ErrNotFound
+		case err != nil:
+			return store.Lease{}, err
+		}
+		org.status, org.read = store.OrgStatus(status), time.Now()
+		s.orgs.put(req.OrgID, org, version)
+	}
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return store.Lease{}, store.ErrNotFound
-	case err != nil:
-		return store.Lease{}, err
-	case store.OrgStatus(status) != store.OrgActive:
+	case org.status != store.OrgActive:
 		return store.Lease{}, store.ErrSuspended
-	case balance <= 0:
+	case org.balance <= 0:
 		return store.Lease{}, store.ErrInsufficientCredits
 	}
-	if err := s.slots.admit(req.OrgID, req.HolderID, limit, now, expires); err != nil {
+	if err := s.slots.admit(req.OrgID, req.HolderID, org.limit, now, expires); err != nil {
 		return store.Lease{}, err
 	}
 	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires)}, nil

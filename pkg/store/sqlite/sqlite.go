@@ -50,6 +50,7 @@ type Store struct {
 	caughtUp     atomic.Bool   // the checkpointer copied the WAL; the writer should copy the rest
 
 	slots      *memSlots     // with OwnSlots; nil otherwise
+	orgs       *orgRows      // with OwnSlots: the organization rows admission reads
 	lock       *os.File      // with OwnSlots: the directory's lock file, held
 	mirrorStop chan struct{} // closed by Close: the mirror stops
 	mirrorDone chan struct{} // closed when the mirror has stopped

@@ -433,7 +433,7 @@ func TestContractOwnSlots(t *testing.T) {
 
 // TestOwnSlots: one gateway's store per directory (a second is refused while the first is open,
 // and admitted once it closed), kilnctl's store alongside it sees its slots in the leases table
-// soon after they change, and none once it closed.
+// soon after they change, and none once it closed; kilnctl's changes reach its admissions.
 func TestOwnSlots(t *testing.T) {
 	dir := t.TempDir()
 	gw := openGateway(t, dir)
@@ -490,6 +490,21 @@ func TestOwnSlots(t *testing.T) {
 		t.Fatalf("Admit after a settlement freed a slot: %v", err)
 	}
 	waitLeases("gen-2", "gen-3")
+	// kilnctl suspends the organization: the gateway's store, which keeps its row for a moment,
+	// refuses it soon after (suspension comes before the full slots in the order of checks).
+	if err := ctl.SetOrgStatus(ctx, "org-a", store.OrgSuspended); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		_, err := gw.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: "gen-4", Now: now})
+		if errors.Is(err, store.ErrSuspended) {
+			break
+		}
+		if !errors.Is(err, store.ErrSlotsFull) || time.Now().After(deadline) {
+			t.Fatalf("Admit after kilnctl suspended the organization: %v, want ErrSuspended within 2 s", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if err := gw.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
