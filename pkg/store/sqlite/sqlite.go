@@ -59,6 +59,9 @@ type Store struct {
 	stopped chan struct{} // closed when the writer goroutine has ended
 	mu      sync.RWMutex  // guards closed against sends on ops
 	closed  bool
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Options change how a Store records settlements.
@@ -147,8 +150,14 @@ func (s *Store) open() error {
 func (s *Store) Path() string { return s.path }
 
 // Close applies the writes already queued, then releases the database; writes after Close fail.
+// Closing again returns the first Close's outcome.
 // Leases still held stay in the file until they expire.
 func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.close() })
+	return s.closeErr
+}
+
+func (s *Store) close() error {
 	var errs []error
 	if s.slots != nil {
 		errs = append(errs, s.releaseSlots())

@@ -514,3 +514,15 @@ func TestOwnSlots(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 }
+
+// TestCloseTwice: a second Close, as deferred cleanups do, returns the first one's outcome.
+func TestCloseTwice(t *testing.T) {
+	for _, s := range []*sqlite.Store{open(t, t.TempDir()), openGateway(t, t.TempDir())} {
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+		if err := s.Close(); err != nil {
+			t.Errorf("second Close: %v", err)
+		}
+	}
+}
