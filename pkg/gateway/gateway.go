@@ -106,16 +106,25 @@ func New(opt Options) (*Gateway, error) {
 }
 
 // ServeHTTP routes the public API. Only the /v1 paths exist; unknown paths answer 404 in the
-// error shape.
+// error shape. ServeHTTP is under every open stream on its goroutine's stack; the routes other
+// than inference are in serveInfo, to keep its frame small (see infer).
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/v1/chat/completions":
+		g.infer(w, r, chatEndpoint)
+	case "/v1/completions":
+		g.infer(w, r, completionsEndpoint)
+	default:
+		g.serveInfo(w, r)
+	}
+}
+
+// serveInfo routes the paths that are not inference.
+func (g *Gateway) serveInfo(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	switch {
 	case path == "/healthz":
 		g.healthz(w, r)
-	case path == "/v1/chat/completions":
-		g.post(w, r, chatEndpoint)
-	case path == "/v1/completions":
-		g.post(w, r, completionsEndpoint)
 	case path == "/v1/models":
 		g.get(w, r, g.listModels)
 	case strings.HasPrefix(path, "/v1/models/"):
@@ -125,17 +134,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case path == "/v1/generation":
 		g.get(w, r, g.generation)
 	default:
-		writeError(w, errNotFound("Unknown request URL: "+r.Method+" "+path+". The API's base URL ends in /v1.", "unknown_url"))
+		g.notFound(w, r)
 	}
 }
 
-func (g *Gateway) post(w http.ResponseWriter, r *http.Request, ep *endpoint) {
-	if r.Method != http.MethodPost {
-		w.Header().Set("Allow", http.MethodPost)
-		writeError(w, errMethod(r, http.MethodPost))
-		return
-	}
-	g.infer(w, r, ep)
+// notFound answers a path the API does not have.
+func (g *Gateway) notFound(w http.ResponseWriter, r *http.Request) {
+	writeError(w, errNotFound("Unknown request URL: "+r.Method+" "+r.URL.Path+". The API's base URL ends in /v1.", "unknown_url"))
+}
+
+// notPost answers a request to an inference endpoint that is not a POST.
+func notPost(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", http.MethodPost)
+	writeError(w, errMethod(r, http.MethodPost))
 }
 
 // get runs steps 1, 3 and 4 of the contract for the read-only endpoints, then h.

@@ -22,33 +22,61 @@ import (
 func newGenerationID() string { return "gen-" + ulid.Make().String() }
 
 // infer serves the two inference endpoints, in the contract's order of checks.
+//
+// An open stream waits for its backend at the bottom of ServeHTTP → infer → forward → relay →
+// pump → the decoder → the transport, on the goroutine that serves the client's connection, and
+// that goroutine's stack is the largest thing an idle stream holds. The functions of ours in the
+// chain keep small frames: the stack then never needs more than 8 KiB, and should something grow
+// it (a deep store call), the collector shrinks it back while the stream waits, as it halves a
+// stack less than a quarter used. Work that needs room (admission, checks, error answers, the end
+// of a stream) is in functions that return before the wait.
 func (g *Gateway) infer(w http.ResponseWriter, r *http.Request, ep *endpoint) {
+	if r.Method != http.MethodPost {
+		notPost(w, r)
+		return
+	}
+	x, body := g.admit(w, r, ep)
+	if x == nil {
+		return
+	}
+	// From here on the request owns a slot: whatever happens, settle releases it, debits what
+	// was generated and records the event.
+	defer x.end()
+	if x.validate(body) {
+		x.forward(x.reqCtx)
+	}
+}
+
+// admit runs steps 1 to 6 of the contract: maintenance, body size, key, organization, credits and
+// an in-flight slot. It returns the admitted exchange and the request body, or nil when it has
+// answered the client itself.
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*exchange, []byte) {
 	ctx := r.Context()
 	started := g.opt.Now()
 
 	// 1. Maintenance.
 	if e := g.checkMaintenance(ctx); e != nil {
 		writeError(w, e)
-		return
+		return nil, nil
 	}
 	// 2. Body size. The body is read whole before authentication, as the order requires; the
 	// limit bounds what an anonymous client can make us hold.
 	body, e := g.readBody(w, r)
 	if e != nil {
 		writeError(w, e)
-		return
+		return nil, nil
 	}
 	// 3, 4. Key and organization.
 	p, e := g.authenticate(ctx, r)
 	if e != nil {
 		writeError(w, e)
-		return
+		return nil, nil
 	}
 	genID := newGenerationID()
 	w.Header().Set(GenerationHeader, genID)
 	if p.OrgStatus == store.OrgSuspended {
 		writeError(w, errSuspended)
-		return
+		return nil, nil
 	}
 	// 5, 6. Credits and an in-flight slot, in one store call.
 	lease, err := g.opt.Store.Admit(ctx, store.AdmitRequest{OrgID: p.OrgID, HolderID: genID, Now: started, TTL: g.opt.LeaseTTL})
@@ -66,11 +94,9 @@ func (g *Gateway) infer(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 			g.log.LogAttrs(ctx, slog.LevelError, "admission failed", slog.String("generation_id", genID), slog.String("org_id", p.OrgID), slog.String("error", err.Error()))
 			writeError(w, errStoreDown)
 		}
-		return
+		return nil, nil
 	}
 
-	// From here on the request owns a slot: whatever happens, settle releases it, debits what
-	// was generated and records the event.
 	x := &exchange{
 		g:      g,
 		w:      w,
@@ -89,30 +115,36 @@ func (g *Gateway) infer(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 	}
 	g.renewLeases(x)
 	g.unsettled.Store(genID, &pending{orgID: p.OrgID, done: make(chan struct{})})
-	defer func() {
-		if !g.opt.SettleInBackground {
-			x.settle(ctx)
-			return
-		}
-		g.settling.Add(1)
-		go func() {
-			defer g.settling.Add(-1)
-			x.settle(ctx)
-		}()
-	}()
+	return x, body
+}
 
-	// 7. Endpoint checks.
-	req, modelID, e := g.check(ep, body)
+// end settles the exchange once the handler is done with it: on the handler's goroutine, or in
+// the background when the gateway is configured so.
+func (x *exchange) end() {
+	g := x.g
+	if !g.opt.SettleInBackground {
+		x.settle(x.reqCtx)
+		return
+	}
+	g.settling.Add(1)
+	go func() {
+		defer g.settling.Add(-1)
+		x.settle(x.reqCtx)
+	}()
+}
+
+// validate runs the endpoint checks, step 7, and reports whether the request may be forwarded;
+// when not, the client has its error.
+func (x *exchange) validate(body []byte) bool {
+	req, modelID, e := x.g.check(x.ep, body)
 	x.event.Model = modelID
 	x.event.Stream = req.stream
 	if e != nil {
 		x.fail(e)
-		return
+		return false
 	}
 	x.req = &req
-
-	// 8. Forward.
-	x.forward(ctx)
+	return true
 }
 
 // readBody reads the request body under the size limit.
@@ -175,53 +207,17 @@ func (x *exchange) fail(e *apiError) {
 	writeError(x.w, e)
 }
 
-// forward sends the request to a backend and relays the answer.
+// forward sends the request to a backend (step 8) and relays the answer.
 func (x *exchange) forward(ctx context.Context) {
-	g := x.g
 	x.event.Status = usage.StatusUpstreamError
-	// On Lambda the request has a deadline; stop early enough to settle before it.
-	if dl, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, dl.Add(-g.opt.SettleReserve))
-		defer cancel()
-	}
-	resp, err := g.opt.Upstream.Do(ctx, x.req.model, x.ep.path, x.req.forward)
-	if err != nil {
-		x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
-		switch {
-		case x.requestCtxDone():
-			x.event.Status = usage.StatusClientDisconnected
-			x.event.HTTPStatus = 499 // nobody is left to read a status; 499 is nginx's word for it
-			x.meter.billable = true  // the backend may have started: bill the prompt, estimated
-		case errors.Is(err, upstream.ErrUnavailable):
-			x.fail(errUnavailable(x.req.model.ID))
-		default:
-			var ue *upstream.Error
-			if errors.As(err, &ue) {
-				x.event.Backend = ue.Backend
-			}
-			g.log.LogAttrs(ctx, slog.LevelWarn, "backend request failed", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
-			x.event.HTTPStatus = http.StatusBadGateway
-			badGateway(x.w, "the model backend was unreachable or did not answer in time.")
-		}
+	ctx, cancel := x.backendContext(ctx)
+	defer cancel()
+	resp := x.call(ctx)
+	if resp == nil {
 		return
 	}
 	defer resp.Body.Close()
-	x.event.Backend = resp.Backend.Name
-	x.meter.exactPerChunk = resp.Backend.ContinuousUsage
-
-	switch s := resp.StatusCode; {
-	case s >= 200 && s < 300:
-	case s == http.StatusBadRequest || s == http.StatusRequestEntityTooLarge || s == http.StatusUnprocessableEntity:
-		x.fail(upstreamInvalid(upstreamMessage(resp.Body)))
-		return
-	case s == http.StatusTooManyRequests:
-		x.fail(errUnavailable(x.req.model.ID))
-		return
-	default:
-		g.log.LogAttrs(ctx, slog.LevelWarn, "backend answered with an error", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.Int("backend_status", s))
-		x.event.HTTPStatus = http.StatusBadGateway
-		badGateway(x.w, "the model backend returned an error.")
+	if !x.answered(ctx, resp) {
 		return
 	}
 	if x.req.stream {
@@ -229,6 +225,69 @@ func (x *exchange) forward(ctx context.Context) {
 	} else {
 		x.respond(ctx, resp)
 	}
+}
+
+// call sends the request to a backend and returns its response, or nil when there is none (the
+// client then has its answer).
+func (x *exchange) call(ctx context.Context) *upstream.Response {
+	resp, err := x.g.opt.Upstream.Do(ctx, x.req.model, x.ep.path, x.req.forward)
+	// The parsed request was for building the forwarded body; a stream need not hold it.
+	x.req.fields, x.req.options = nil, nil
+	if err != nil {
+		x.unanswered(ctx, err)
+		return nil
+	}
+	return resp
+}
+
+// backendContext is the context of the backend call. On Lambda the request has a deadline; the
+// call stops early enough to settle before it.
+func (x *exchange) backendContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, dl.Add(-x.g.opt.SettleReserve))
+	}
+	return ctx, func() {}
+}
+
+// unanswered handles a backend call that got no response headers.
+func (x *exchange) unanswered(ctx context.Context, err error) {
+	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
+	switch {
+	case x.requestCtxDone():
+		x.event.Status = usage.StatusClientDisconnected
+		x.event.HTTPStatus = 499 // nobody is left to read a status; 499 is nginx's word for it
+		x.meter.billable = true  // the backend may have started: bill the prompt, estimated
+	case errors.Is(err, upstream.ErrUnavailable):
+		x.fail(errUnavailable(x.req.model.ID))
+	default:
+		var ue *upstream.Error
+		if errors.As(err, &ue) {
+			x.event.Backend = ue.Backend
+		}
+		x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend request failed", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
+		x.event.HTTPStatus = http.StatusBadGateway
+		badGateway(x.w, "the model backend was unreachable or did not answer in time.")
+	}
+}
+
+// answered records which backend answered and reports whether its status lets the answer
+// through; when not, the client has its error.
+func (x *exchange) answered(ctx context.Context, resp *upstream.Response) bool {
+	x.event.Backend = resp.Backend.Name
+	x.meter.exactPerChunk = resp.Backend.ContinuousUsage
+	switch s := resp.StatusCode; {
+	case s >= 200 && s < 300:
+		return true
+	case s == http.StatusBadRequest || s == http.StatusRequestEntityTooLarge || s == http.StatusUnprocessableEntity:
+		x.fail(upstreamInvalid(upstreamMessage(resp.Body)))
+	case s == http.StatusTooManyRequests:
+		x.fail(errUnavailable(x.req.model.ID))
+	default:
+		x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend answered with an error", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.Int("backend_status", s))
+		x.event.HTTPStatus = http.StatusBadGateway
+		badGateway(x.w, "the model backend returned an error.")
+	}
+	return false
 }
 
 // requestCtxDone reports whether the client left (its request was cancelled) rather than our own

@@ -194,12 +194,30 @@ func (s *stream) close() {
 // removed, the usage chunk given its cost (or dropped when the client did not ask for it), the
 // public model id restored. A stream that breaks after the first byte ends with an error event
 // and no [DONE]; what was generated is billed.
+//
+// While the stream is open, relay and pump are on the stack under the wait for the backend; see
+// infer for why their frames are kept small.
 func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
+	s := x.openStream(ctx, resp)
+	if s == nil {
+		return
+	}
+	defer s.close()
+	r := newRelayState(x, resp)
+	r.pump(s)
+	r.idle()
+	r.closeStream(ctx, resp, s)
+}
+
+// openStream checks that the backend streams, sends the client the status and headers, and
+// returns the stream to write events to; nil when the backend did not stream (the client then has
+// a 502).
+func (x *exchange) openStream(ctx context.Context, resp *upstream.Response) *stream {
 	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "text/event-stream" {
 		resp.Failed()
 		x.badBackendBody(ctx, "the model backend did not stream its answer.", errors.New("content type "+ct))
-		return
+		return nil
 	}
 	x.meter.billable = true // the stream starts: what is generated from here on is billed
 	h := x.w.Header()
@@ -209,62 +227,76 @@ func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
 	x.w.WriteHeader(http.StatusOK)
 	x.event.HTTPStatus = http.StatusOK
 	s := newStream(x.w, x.g.opt.Keepalive)
-	defer s.close()
 	s.flush() // the client learns the status now, before the first token
+	return s
+}
 
-	r := relayState{x: x, rename: resp.Backend.Model != x.req.model.ID}
-	if r.rename {
-		r.modelJSON = []byte(strconv.Quote(x.req.model.ID))
-	}
-	dec := openai.NewDecoder(resp.Body)
-	done := false
-	var readErr error
+// pump relays events until the stream ends: with r.done set when the backend sent [DONE],
+// otherwise with r.err the error that ended it (nil when the client left).
+func (r *relayState) pump(s *stream) {
 	unflushed := false
 	for {
 		// Flush before any read that could wait: events already read are never held back by
 		// events not yet arrived, while a burst that arrived together goes out in one write.
-		if unflushed && !dec.Pending() {
-			if !s.flush() {
-				break
+		if !r.dec.Pending() {
+			if unflushed && !s.flush() {
+				return
 			}
 			unflushed = false
+			r.idle()
 		}
-		ev, err := dec.Next()
+		ev, err := r.dec.Next()
 		if err != nil {
-			readErr = err
-			break
+			r.err = err
+			return
 		}
-		if ev.Comment || len(ev.Data) == 0 {
-			continue
+		wrote, more := r.relayEvent(s, ev.Data)
+		if !more {
+			return
 		}
-		if openai.IsDone(ev.Data) {
-			done = true
-			break
-		}
-		out, err := r.chunk(ev.Data)
-		if err != nil {
-			readErr = err
-			break
-		}
-		if out == nil {
-			continue
-		}
-		if !s.write(out) {
-			break
-		}
-		unflushed = true
-		if r.content {
-			x.meter.chunks++
-			if x.event.TTFTMillis == 0 {
-				x.event.TTFTMillis = max(1, x.g.opt.Now().Sub(x.event.StartedAt).Milliseconds())
-			}
+		unflushed = unflushed || wrote
+	}
+}
+
+// relayEvent relays one event's data, reporting whether it wrote to the client and whether the
+// stream goes on.
+func (r *relayState) relayEvent(s *stream, data []byte) (wrote, more bool) {
+	if len(data) == 0 { // a comment, or an event without data
+		return false, true
+	}
+	if openai.IsDone(data) {
+		r.done = true
+		return false, false
+	}
+	out, err := r.chunk(data)
+	if err != nil {
+		r.err = err
+		return false, false
+	}
+	if out == nil {
+		return false, true
+	}
+	if !s.write(out) {
+		return false, false
+	}
+	if r.content {
+		x := r.x
+		x.meter.chunks++
+		if x.event.TTFTMillis == 0 {
+			x.event.TTFTMillis = max(1, x.g.opt.Now().Sub(x.event.StartedAt).Milliseconds())
 		}
 	}
+	return true, true
+}
 
+// closeStream ends the client's stream as pump left it: [DONE] after a complete answer, an error
+// event after a broken one, nothing for a client that left.
+func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s *stream) {
+	x, readErr := r.x, r.err
 	switch {
 	case s.failed || x.requestCtxDone():
 		x.event.Status = usage.StatusClientDisconnected
-	case done:
+	case r.done:
 		if x.meter.haveUsage {
 			x.meter.complete = true
 		}
@@ -294,19 +326,50 @@ func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
 	}
 }
 
-// relayState is what the relay loop remembers between chunks.
+// relayState is a relay's decoder, what its loop remembers between chunks, and how it ended.
 type relayState struct {
 	x         *exchange
+	dec       *openai.Decoder
 	rename    bool
 	modelJSON []byte
-	fields    []openai.Field
-	out       []byte
-	content   bool // the last chunk carried generated content
+	buf       *chunkBuffers // nil while the relay waits for the backend
+	content   bool          // the last chunk carried generated content
 	usageSent bool
+	done      bool  // the backend ended the stream with [DONE]
+	err       error // what else ended it: a read error, or a chunk that could not be relayed
 	edits     [2]openai.Edit
 
 	// id, object, created of the first chunk, to build a usage chunk if the backend sent none.
 	id, object, created []byte
+}
+
+// newRelayState returns the state of a relay of resp, on the heap rather than in relay's frame.
+func newRelayState(x *exchange, resp *upstream.Response) *relayState {
+	r := &relayState{x: x, dec: openai.NewDecoder(resp.Body), rename: resp.Backend.Model != x.req.model.ID}
+	if r.rename {
+		r.modelJSON = strconv.AppendQuote(nil, x.req.model.ID)
+	}
+	return r
+}
+
+// chunkBuffers are what rewriting a chunk needs: its parsed fields and the bytes to send. A relay
+// holds them through a burst of chunks and gives them back to chunkPool before it waits for the
+// backend, so that an idle stream holds none.
+type chunkBuffers struct {
+	fields []openai.Field
+	out    []byte
+}
+
+var chunkPool = sync.Pool{New: func() any { return new(chunkBuffers) }}
+
+// idle gives the chunk buffers back; those of an unusually large event are left to the collector.
+func (r *relayState) idle() {
+	if b := r.buf; b != nil {
+		r.buf = nil
+		if cap(b.out) <= 64<<10 && cap(b.fields) <= 1024 {
+			chunkPool.Put(b)
+		}
+	}
 }
 
 // doneEvent ends a complete stream.
@@ -318,11 +381,15 @@ var errBackendEvent = errors.New("backend sent an error event")
 func (r *relayState) chunk(data []byte) ([]byte, error) {
 	x := r.x
 	var err error
-	r.fields, err = openai.ParseObject(r.fields[:0], data)
+	if r.buf == nil {
+		r.buf = chunkPool.Get().(*chunkBuffers)
+	}
+	b := r.buf
+	b.fields, err = openai.ParseObject(b.fields[:0], data)
 	if err != nil {
 		return nil, err
 	}
-	fields := r.fields
+	fields := b.fields
 	if _, ok := openai.Lookup(data, fields, "error"); ok {
 		return nil, errBackendEvent
 	}
@@ -381,13 +448,13 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 		edits = append(edits, openai.Edit{Key: "model", Value: r.modelJSON})
 	}
 	if len(edits) == 0 {
-		r.out = openai.AppendData(r.out[:0], data)
-		return r.out, nil
+		b.out = openai.AppendData(b.out[:0], data)
+		return b.out, nil
 	}
-	r.out = append(r.out[:0], "data: "...)
-	r.out = openai.Rewrite(r.out, data, fields, edits...)
-	r.out = append(r.out, "\n\n"...)
-	return r.out, nil
+	b.out = append(b.out[:0], "data: "...)
+	b.out = openai.Rewrite(b.out, data, fields, edits...)
+	b.out = append(b.out, "\n\n"...)
+	return b.out, nil
 }
 
 // inspectChoice reads the first choice's finish reason and whether it carries generated content

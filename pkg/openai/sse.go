@@ -1,11 +1,11 @@
 package openai
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 )
 
 // ErrEventTooLarge reports an event longer than the decoder's limit.
@@ -17,24 +17,39 @@ var Keepalive = []byte(": keepalive\n\n")
 // DefaultMaxEvent is how many bytes one event may have unless NewDecoderSize says otherwise.
 const DefaultMaxEvent = 8 << 20
 
-// readBuffer is the decoder's read buffer. Model servers' events are a few hundred bytes; a
-// longer line is gathered across reads, so the buffer bounds only the memory of an idle stream.
+// readBuffer is the size of the decoder's read buffer. Model servers' events are a few hundred
+// bytes; a longer line is gathered across reads. A burst of events that fits in one buffer is
+// flushed to the client in one write (see Pending), so it should hold several events.
 const readBuffer = 4 << 10
+
+// retained bounds the event and line buffers a decoder keeps for the next event: after an
+// unusually large event they are dropped rather than held for the rest of the stream.
+const retained = 64 << 10
+
+// readBuffers are the decoders' read buffers. A decoder holds one only while it is reading an
+// event: one that waits between events (an idle stream) gives it back.
+var readBuffers = sync.Pool{New: func() any { return new([readBuffer]byte) }}
 
 // Decoder reads server-sent events as the WHATWG EventSource rules parse them: lines end in LF,
 // CRLF or CR; "data:" lines accumulate; a blank line dispatches; a leading byte-order mark is
 // skipped. Decoder does not wait for more input than an event needs, so each event is returned as
 // soon as its blank line arrives.
 type Decoder struct {
-	r        *bufio.Reader
+	src      io.Reader
 	maxEvent int
+
+	// buf[r:w] is input read and not yet decoded. buf comes from readBuffers; it is nil while the
+	// decoder waits between events, reading into one instead.
+	buf  *[readBuffer]byte
+	r, w int
+	one  [1]byte
 
 	started   bool // the byte-order mark check is done
 	skipLF    bool // the last line ended in CR, so a leading LF belongs to it
 	eof       bool // the input is exhausted
 	truncated bool
 	err       error // sticky
-	readErr   error // from the byte-order mark check, to report once its bytes are consumed
+	readErr   error // returned by a read along with input, to report once that input is decoded
 
 	line []byte // a line that spans reads
 
@@ -49,8 +64,7 @@ type Decoder struct {
 	lastName string // the previous event's name
 }
 
-// NewDecoder returns a Decoder that reads from r through a 4 KiB buffer, with events of at most
-// DefaultMaxEvent bytes.
+// NewDecoder returns a Decoder that reads from r with events of at most DefaultMaxEvent bytes.
 func NewDecoder(r io.Reader) *Decoder { return NewDecoderSize(r, DefaultMaxEvent) }
 
 // NewDecoderSize returns a Decoder whose events may have at most maxEvent bytes, counting each line
@@ -60,14 +74,14 @@ func NewDecoderSize(r io.Reader, maxEvent int) *Decoder {
 	if maxEvent <= 0 {
 		maxEvent = DefaultMaxEvent
 	}
-	return &Decoder{r: bufio.NewReaderSize(r, readBuffer), maxEvent: maxEvent}
+	return &Decoder{src: r, maxEvent: maxEvent}
 }
 
 // Pending reports whether the bytes already read hold the end of another event, so that Next
 // will return without waiting for input. A relay flushes its output only when nothing is pending:
 // a burst of events then costs one write to the client, and no event ever waits for a later one.
 func (d *Decoder) Pending() bool {
-	b, _ := d.r.Peek(d.r.Buffered())
+	b := d.buffered()
 	// A blank line is two line ends in a row: LF LF, LF CR (CR or CRLF after LF), or CR CR.
 	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r")) || bytes.Contains(b, []byte("\r\r"))
 }
@@ -81,58 +95,141 @@ func (d *Decoder) Truncated() bool { return d.truncated }
 // EventSource skips them. At the end of the input Next returns io.EOF; if the input ended inside
 // an event that had data, that event is returned first and Truncated reports true. Other read
 // errors are returned as they are. After an error Next returns it again.
+//
+// Next's frame is kept small, the decoding being in scan: a relay waits for its backend inside
+// Next, on a stack that an idle stream keeps.
 func (d *Decoder) Next() (Event, error) {
 	if d.err != nil {
 		return Event{}, d.err
 	}
 	d.reset()
 	if !d.started {
-		d.started = true
-		b, err := d.r.Peek(3)
-		if bytes.HasPrefix(b, []byte("\xef\xbb\xbf")) {
-			_, _ = d.r.Discard(3)
-		}
-		d.readErr = err
+		d.start()
 	}
 	for {
 		if d.eof {
+			d.release()
 			return d.finish()
 		}
-		// Take what is buffered; read only when nothing is, so as not to hold back an event.
-		n := d.r.Buffered()
-		if n == 0 {
-			err := d.readErr
-			if err != nil {
-				d.readErr = nil
-			} else {
-				_, err = d.r.Peek(1)
+		// Decode what is buffered; read only when nothing is, so as not to hold back an event.
+		if d.r == d.w {
+			if err := d.fill(); err == io.EOF {
+				d.eof = true
+				continue
+			} else if err != nil {
+				return Event{}, d.fail(err)
 			}
-			if err != nil {
-				if err == io.EOF {
-					d.eof = true
-					continue
-				}
-				d.err = err
-				return Event{}, err
-			}
-			n = d.r.Buffered()
 		}
-		b, _ := d.r.Peek(n)
+		if ev, ok, err := d.scan(); ok || err != nil {
+			return ev, err
+		}
+	}
+}
+
+// start skips a byte-order mark at the start of the input.
+func (d *Decoder) start() {
+	d.started = true
+	for d.w-d.r < 3 && d.readErr == nil {
+		if err := d.fill(); err != nil {
+			d.readErr = err // reported by Next once the bytes before it are decoded
+		}
+	}
+	if bytes.HasPrefix(d.buffered(), []byte("\xef\xbb\xbf")) {
+		d.r += 3
+	}
+}
+
+// fill reads more input. Between events the decoder waits with a one-byte read and no buffer, so
+// that an idle stream holds none; it takes a buffer from the pool once input arrives, and reads
+// into it until the event ends. A read error that comes with input is kept in readErr and
+// returned once that input is decoded. As bufio.Reader does, fill gives up on a reader that keeps
+// returning nothing.
+func (d *Decoder) fill() error {
+	if d.r == d.w {
+		if err := d.readErr; err != nil {
+			d.readErr = nil
+			return err
+		}
+		d.r, d.w = 0, 0
+	}
+	idle := d.w == 0 && d.lines == 0 && len(d.line) == 0
+	var p []byte
+	if idle {
+		d.release()
+		p = d.one[:]
+	} else {
+		if d.buf == nil {
+			d.buf = readBuffers.Get().(*[readBuffer]byte)
+		}
+		p = d.buf[d.w:]
+	}
+	n, err := 0, error(io.ErrNoProgress)
+	for range 100 {
+		if n, err = d.src.Read(p); n > 0 || err != nil {
+			break
+		}
+		err = io.ErrNoProgress
+	}
+	if n == 0 {
+		return err
+	}
+	if idle {
+		d.buf = readBuffers.Get().(*[readBuffer]byte)
+		d.buf[0] = d.one[0]
+		if c := d.one[0]; err == nil && c != '\n' && c != '\r' {
+			// The byte starts a line, which cannot end without more input: read the rest of
+			// what arrived now, so that the line is decoded in place rather than gathered.
+			n, err = d.src.Read(d.buf[1:])
+			n++
+		}
+	}
+	d.w += n
+	d.readErr = err
+	return nil
+}
+
+func (d *Decoder) buffered() []byte {
+	if d.buf == nil {
+		return nil
+	}
+	return d.buf[d.r:d.w]
+}
+
+// release gives the read buffer back to the pool.
+func (d *Decoder) release() {
+	if d.buf != nil {
+		readBuffers.Put(d.buf)
+		d.buf, d.r, d.w = nil, 0, 0
+	}
+}
+
+// fail makes err sticky and gives the buffer back.
+func (d *Decoder) fail(err error) error {
+	d.err = err
+	d.release()
+	return err
+}
+
+// scan decodes the buffered input, up to the end of the first event in it or of the buffer. ok
+// reports that ev is an event to return.
+func (d *Decoder) scan() (ev Event, ok bool, err error) {
+	for d.r < d.w {
+		b := d.buf[d.r:d.w]
 		if d.skipLF {
 			d.skipLF = false
 			if b[0] == '\n' {
-				_, _ = d.r.Discard(1)
+				d.r++
 				continue
 			}
 		}
 		i := indexLineEnd(b)
 		if i < 0 {
 			if err := d.grow(len(b)); err != nil {
-				return Event{}, err
+				return Event{}, false, d.fail(err)
 			}
 			d.line = append(d.line, b...)
-			_, _ = d.r.Discard(len(b))
-			continue
+			d.r = d.w
+			return Event{}, false, nil
 		}
 		line := b[:i]
 		if len(d.line) > 0 {
@@ -152,18 +249,19 @@ func (d *Decoder) Next() (Event, error) {
 		// A line end counts as one byte, CRLF included, so that the limit does not depend on how
 		// the input was split into reads.
 		if err := d.grow(i + 1); err != nil {
-			return Event{}, err
+			return Event{}, false, d.fail(err)
 		}
 		dispatch := d.field(line)
 		d.line = d.line[:0]
-		_, _ = d.r.Discard(consumed)
+		d.r += consumed
 		if dispatch {
 			if ev, ok := d.event(); ok {
-				return ev, nil
+				return ev, true, nil
 			}
 			d.reset()
 		}
 	}
+	return Event{}, false, nil
 }
 
 // finish handles the end of the input.
@@ -188,16 +286,22 @@ func (d *Decoder) finish() (Event, error) {
 // grow counts n more bytes of the current event against the limit.
 func (d *Decoder) grow(n int) error {
 	if d.size+n > d.maxEvent {
-		d.err = fmt.Errorf("sse: event exceeds %d bytes: %w", d.maxEvent, ErrEventTooLarge)
-		return d.err
+		return fmt.Errorf("sse: event exceeds %d bytes: %w", d.maxEvent, ErrEventTooLarge)
 	}
 	d.size += n
 	return nil
 }
 
+// reset starts a new event. The buffers of an unusually large event are dropped, not kept.
 func (d *Decoder) reset() {
 	d.size, d.lines = 0, 0
 	d.data = d.data[:0]
+	if cap(d.data) > retained {
+		d.data = nil
+	}
+	if cap(d.line) > retained {
+		d.line = nil
+	}
 	d.hasData, d.comment = false, false
 	d.name = ""
 }

@@ -473,3 +473,78 @@ func BenchmarkAppendData(b *testing.B) {
 		dst = AppendData(dst[:0], data)
 	}
 }
+
+// signalReader reads from r and tells entered each time a read starts.
+type signalReader struct {
+	r       io.Reader
+	entered chan struct{}
+}
+
+func (s *signalReader) Read(p []byte) (int, error) {
+	s.entered <- struct{}{}
+	return s.r.Read(p)
+}
+
+// TestDecoderWaitsWithoutBuffer checks that a decoder waiting between events holds no read buffer:
+// an idle stream costs little more than the Decoder itself.
+func TestDecoderWaitsWithoutBuffer(t *testing.T) {
+	pr, pw := io.Pipe()
+	defer pw.Close()
+	src := &signalReader{r: pr, entered: make(chan struct{})}
+	d := NewDecoder(src)
+	events := make(chan string)
+	go func() {
+		for {
+			ev, err := d.Next()
+			if err != nil {
+				close(events)
+				return
+			}
+			events <- string(ev.Data)
+		}
+	}()
+	send := func(s string) { go func() { _, _ = pw.Write([]byte(s)) }() }
+	waiting := func(state string, buffered bool) {
+		t.Helper()
+		<-src.entered // the decoder is about to wait in Read; it touches nothing until Read returns
+		if (d.buf != nil) != buffered {
+			t.Fatalf("%s: read buffer held %v, want %v", state, d.buf != nil, buffered)
+		}
+	}
+
+	waiting("before the first event", false)
+	send("data: a\n\n")
+	waiting("after the first byte of an event", true)
+	if ev := <-events; ev != "a" {
+		t.Fatalf("got %q", ev)
+	}
+	waiting("between events", false)
+	send("data: b\n")
+	waiting("after the first byte of an event", true)
+	waiting("inside an event", true)
+	send("\n")
+	if ev := <-events; ev != "b" {
+		t.Fatalf("got %q", ev)
+	}
+	waiting("after the event", false)
+	pw.Close()
+	if _, ok := <-events; ok {
+		t.Fatal("an event after the end")
+	}
+}
+
+// TestDecoderDropsLargeBuffers checks that the buffers of an unusually large event are not kept for
+// the rest of the stream.
+func TestDecoderDropsLargeBuffers(t *testing.T) {
+	big := strings.Repeat("x", 1<<20)
+	d := NewDecoder(iotest.HalfReader(strings.NewReader("data: " + big + "\n\ndata: small\n\n")))
+	if ev, err := d.Next(); err != nil || len(ev.Data) != len(big) {
+		t.Fatalf("%d bytes, %v", len(ev.Data), err)
+	}
+	if ev, err := d.Next(); err != nil || string(ev.Data) != "small" {
+		t.Fatalf("%q, %v", ev.Data, err)
+	}
+	if cap(d.data) > retained || cap(d.line) > retained {
+		t.Errorf("after a 1 MiB event: %d bytes of data and %d of line kept", cap(d.data), cap(d.line))
+	}
+}

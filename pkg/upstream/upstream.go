@@ -5,9 +5,9 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
@@ -56,7 +56,7 @@ type Pool struct {
 type backend struct {
 	cfg     catalog.Backend
 	base    string
-	auth    string
+	header  http.Header // every request's header: shared, and never written after New
 	client  *http.Client
 	breaker breaker
 }
@@ -94,15 +94,25 @@ func New(c *catalog.Catalog, opt Options) *Pool {
 				ForceAttemptHTTP2:     true,
 				// Model servers' SSE is small and must not be held back by gzip buffering.
 				DisableCompression: true,
+				// A connection keeps its buffers for its whole life, most of which an open stream
+				// spends waiting for the next token. The write buffer only gathers the request's
+				// header lines and what fits of the body, whose rest goes straight to the socket.
+				// The read buffer stays at its 4 KiB default: a smaller one flushes a burst of
+				// events one by one.
+				WriteBufferSize: 512,
 			}
 			be := &backend{
-				cfg:    b,
-				base:   strings.TrimSuffix(b.URL, "/"),
+				cfg:  b,
+				base: strings.TrimSuffix(b.URL, "/"),
+				header: http.Header{
+					"Content-Type": {"application/json"},
+					"Accept":       {"application/json, text/event-stream"},
+				},
 				client: &http.Client{Transport: tr},
 			}
 			if b.APIKeyEnv != "" && opt.Getenv != nil {
 				if k := opt.Getenv(b.APIKeyEnv); k != "" {
-					be.auth = "Bearer " + k
+					be.header.Set("Authorization", "Bearer "+k)
 				}
 			}
 			p.backends[b.Name] = be
@@ -172,14 +182,16 @@ func (p *Pool) pick(model *catalog.Model, now time.Time, skip string) *backend {
 func (p *Pool) send(ctx context.Context, be *backend, path string, body func(catalog.Backend) []byte) (*Response, bool, error) {
 	var sent atomic.Bool
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, be.base+path, bytes.NewReader(body(be.cfg)))
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, be.base+path, nil)
 	if err != nil {
 		return nil, false, &Error{Backend: be.cfg.Name, Err: err}
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	if be.auth != "" {
-		req.Header.Set("Authorization", be.auth)
+	req.Header = be.header
+	if payload := body(be.cfg); len(payload) > 0 {
+		b := &requestBody{b: payload, full: payload}
+		req.Body, req.GetBody, req.ContentLength = b, b.again, int64(len(payload))
+		// The transport asks for the body again only before the response headers arrive.
+		defer b.forget()
 	}
 	resp, err := be.client.Do(req)
 	if err != nil {
@@ -197,6 +209,41 @@ func (p *Pool) send(ctx context.Context, be *backend, path string, body func(cat
 	}
 	return &Response{Response: resp, Backend: be.cfg, pool: p}, true, nil
 }
+
+// requestBody is a request body that lets go of its bytes once they are sent. The transport
+// keeps the request, with its body, until the response body is read to its end, which for a
+// stream is when the stream ends; the bytes themselves are needed only until they are written.
+type requestBody struct {
+	b    []byte // what is left to read
+	full []byte // the whole body, for a retry, until forget
+}
+
+func (r *requestBody) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.b)
+	r.b = r.b[n:]
+	if len(r.b) == 0 {
+		r.b = nil // an empty slice of the body would still keep all of it
+	}
+	return n, nil
+}
+
+// Close does nothing: the transport may close the body from another goroutine while it reads.
+func (r *requestBody) Close() error { return nil }
+
+// again is the request's GetBody: the transport retries a request on a fresh connection when a
+// kept-alive one turned out to be closed before anything was written.
+func (r *requestBody) again() (io.ReadCloser, error) {
+	if r.full == nil {
+		return nil, errors.New("request body already sent")
+	}
+	return &requestBody{b: r.full}, nil
+}
+
+// forget drops the copy kept for retries.
+func (r *requestBody) forget() { r.full = nil }
 
 // Healthy reports whether the named backend's breaker lets requests through at now.
 func (p *Pool) Healthy(name string, now time.Time) bool {

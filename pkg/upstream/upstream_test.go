@@ -1,6 +1,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -233,5 +234,39 @@ func TestBackendAuthorizationFromEnvironment(t *testing.T) {
 	resp.Body.Close()
 	if a := <-got; a != "Bearer s3cret" {
 		t.Errorf("Authorization = %q", a)
+	}
+}
+
+func TestRequestBodyIsSentWholeAndThenForgotten(t *testing.T) {
+	got := make(chan []byte, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- b
+	}))
+	defer srv.Close()
+	c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1"})
+	p := New(c, Options{})
+	for _, size := range []int{1, 300, 4 << 10, 5 << 20} {
+		sent := bytes.Repeat([]byte{'x'}, size)
+		resp, err := p.Do(context.Background(), c.Models[0], "/x", func(catalog.Backend) []byte { return sent })
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if b := <-got; !bytes.Equal(b, sent) {
+			t.Fatalf("%d bytes sent, %d received", size, len(b))
+		}
+		if _, err := resp.Request.GetBody(); err == nil {
+			t.Error("the body can still be had again after the response arrived")
+		}
+	}
+
+	r := &requestBody{b: []byte("abc"), full: []byte("abc")}
+	if b, err := io.ReadAll(r); err != nil || string(b) != "abc" || r.b != nil {
+		t.Errorf("read %q, %v; bytes still held: %v", b, err, r.b != nil)
+	}
+	again, err := r.again()
+	if b, _ := io.ReadAll(again); err != nil || string(b) != "abc" {
+		t.Errorf("again: %q, %v", b, err)
 	}
 }
