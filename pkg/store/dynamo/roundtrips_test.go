@@ -2,13 +2,13 @@ package dynamo_test
 
 import (
 	"fmt"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
+	"github.com/neocloud/kiln/pkg/store/storetest"
 )
 
 // TestHotPathRoundTrips: with the key cache warm, a request costs the store exactly two round
@@ -85,14 +85,7 @@ func BenchmarkAdmitSettle(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(total(c.take()))/float64(b.N), "calls/op")
-			for _, m := range []struct {
-				name string
-				d    []time.Duration
-			}{{"admit", admits}, {"settle", settles}} {
-				slices.Sort(m.d)
-				b.ReportMetric(float64(m.d[len(m.d)/2].Microseconds())/1000, m.name+"-p50-ms")
-				b.ReportMetric(float64(m.d[len(m.d)*99/100].Microseconds())/1000, m.name+"-p99-ms")
-			}
+			storetest.ReportAdmitSettle(b, admits, settles)
 		})
 	}
 }

@@ -297,14 +297,7 @@ func BenchmarkAdmitSettle(b *testing.B) {
 		admits, settles = append(admits, admitted.Sub(start)), append(settles, time.Since(admitted))
 	}
 	b.StopTimer()
-	for _, m := range []struct {
-		name string
-		d    []time.Duration
-	}{{"admit", admits}, {"settle", settles}} {
-		slices.Sort(m.d)
-		b.ReportMetric(float64(m.d[len(m.d)/2].Microseconds())/1000, m.name+"-p50-ms")
-		b.ReportMetric(float64(m.d[len(m.d)*99/100].Microseconds())/1000, m.name+"-p99-ms")
-	}
+	storetest.ReportAdmitSettle(b, admits, settles)
 }
 
 // BenchmarkAdmitSettleParallel is BenchmarkAdmitSettle from many goroutines at once, as the
