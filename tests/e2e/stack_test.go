@@ -15,12 +15,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/neocloud/kiln/infra"
+	"github.com/neocloud/kiln/tests/internal/output"
 )
 
 var (
@@ -64,25 +64,8 @@ type stack struct {
 	Env     []string
 
 	cmd    *exec.Cmd
-	stdout *lockedBuffer
-	stderr *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	stdout *output.Buffer
+	stderr *output.Buffer
 }
 
 func freePort(t *testing.T) string {
@@ -111,7 +94,7 @@ func startStack(t *testing.T, extraEnv ...string) *stack {
 	if err := os.WriteFile(catalogPath, []byte(cat), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := &stack{DataDir: filepath.Join(dir, "data"), stdout: &lockedBuffer{}, stderr: &lockedBuffer{}}
+	s := &stack{DataDir: filepath.Join(dir, "data"), stdout: &output.Buffer{}, stderr: &output.Buffer{}}
 	s.Env = append([]string{
 		"KILN_ADDR=127.0.0.1:0",
 		"KILN_SIMULATOR_ADDR=" + simAddr,

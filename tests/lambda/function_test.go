@@ -1,7 +1,6 @@
 package lambda
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -10,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/neocloud/kiln/tests/internal/output"
 )
 
 var (
@@ -58,7 +59,7 @@ func TestMain(m *testing.M) {
 type function struct {
 	api    *runtimeAPI
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *output.Buffer
 }
 
 // startFunction runs the built bootstrap of fn with the environment Lambda gives a function
@@ -80,7 +81,7 @@ func startFunction(t *testing.T, fn string, env ...string) *function {
 		"_HANDLER=bootstrap",
 		"TZ=:UTC",
 	}, env...)
-	f := &function{api: api, cmd: cmd, stderr: &lockedBuffer{}}
+	f := &function{api: api, cmd: cmd, stderr: &output.Buffer{}}
 	cmd.Stdout, cmd.Stderr = f.stderr, f.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -101,21 +102,4 @@ func startFunction(t *testing.T, fn string, env ...string) *function {
 func (f *function) invoke(t *testing.T, payload []byte, deadline time.Duration) *invocation {
 	t.Helper()
 	return f.api.invoke(t, payload, deadline)
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/neocloud/kiln/pkg/store/dynamo"
 	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
+	"github.com/neocloud/kiln/tests/internal/output"
 )
 
 // dynamoLocal is DynamoDB Local started the way dynamotest starts it (the npm package's jar
@@ -27,7 +28,7 @@ type dynamoLocal struct {
 	cmd      *exec.Cmd
 	stdin    io.Closer
 	exited   chan struct{}
-	output   *lockedBuffer
+	output   *output.Buffer
 	build    string
 }
 
@@ -84,7 +85,7 @@ func startDynamoLocal() (*dynamoLocal, error) {
 		os.RemoveAll(build)
 		return nil, fmt.Errorf("DynamoDB Local: compile the loopback launcher: %v\n%s", err, out)
 	}
-	d := &dynamoLocal{output: &lockedBuffer{}, exited: make(chan struct{}), build: build}
+	d := &dynamoLocal{output: &output.Buffer{}, exited: make(chan struct{}), build: build}
 	d.cmd = exec.Command("java", "-Djava.library.path="+filepath.Join(lib, "DynamoDBLocal_lib"),
 		"-cp", build+":"+classpath, "LoopbackLauncher",
 		"-inMemory", "-sharedDb", "-port", "0", "-disableTelemetry", "-exitWithStdin")

@@ -8,7 +8,6 @@ package reliability
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -21,7 +20,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +30,7 @@ import (
 	"github.com/neocloud/kiln/pkg/simulator"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/usage"
+	"github.com/neocloud/kiln/tests/internal/output"
 )
 
 var gatewayBin string
@@ -59,29 +58,11 @@ func TestMain(m *testing.M) {
 	}())
 }
 
-// lockedBuffer collects a process's output.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // gatewayProc is one running gateway process.
 type gatewayProc struct {
 	Base   string // http://127.0.0.1:PORT/v1
 	cmd    *exec.Cmd
-	stderr *lockedBuffer
+	stderr *output.Buffer
 	exited chan struct{}
 }
 
@@ -91,7 +72,7 @@ var listenLine = regexp.MustCompile(`listening on (http://\S+/v1)`)
 // environment, and stops it (SIGTERM) when the test ends.
 func startGateway(t *testing.T, env ...string) *gatewayProc {
 	t.Helper()
-	g := &gatewayProc{stderr: &lockedBuffer{}, exited: make(chan struct{})}
+	g := &gatewayProc{stderr: &output.Buffer{}, exited: make(chan struct{})}
 	g.cmd = exec.Command(gatewayBin)
 	g.cmd.Env = append([]string{
 		"PATH=" + os.Getenv("PATH"),
