@@ -255,7 +255,9 @@ func TestKeepalive(t *testing.T) {
 		t.Errorf("stream did not end with [DONE]")
 	}
 
-	// A stream whose events are frequent gets none.
+	// A stream whose events are frequent gets none. Events 5 ms apart against a 250 ms keepalive,
+	// on a gateway of its own: a busy machine may stall a stream for 40 ms, not for 250.
+	h = newHarness(t, config{gateway: func(o *Options) { o.Keepalive = 250 * time.Millisecond }})
 	s = h.stream(req{path: "/v1/chat/completions", key: h.key,
 		body: chatBody("qwen3-32b", "busy [[sim:delay_ms=5]]", `"max_tokens":20`, `"stream":true`)})
 	for _, ev := range s.all() {
