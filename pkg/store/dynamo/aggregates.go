@@ -112,43 +112,30 @@ func (s *Store) MonthlyRollups(ctx context.Context, orgID, fromMonth, toMonth st
 }
 
 func (s *Store) rollups(ctx context.Context, orgID, from, to string) ([]usage.Rollup, error) {
-	var out []usage.Rollup
+	var query *dynamodb.QueryInput
 	if from <= to {
-		p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+		query = &dynamodb.QueryInput{
 			TableName:                 &s.tables.Aggregates,
 			KeyConditionExpression:    aws.String("pk = :org AND sk BETWEEN :from AND :to"),
 			ExpressionAttributeValues: item{":org": sv(orgID), ":from": sv(from), ":to": sv(to)},
 			ConsistentRead:            aws.Bool(true),
-		})
-		for p.HasMorePages() {
-			page, err := p.NextPage(ctx)
-			if err != nil {
-				return nil, err
-			}
-			for _, it := range page.Items {
-				d := decoder{it: it}
-				r := usage.Rollup{OrgID: orgID}
-				if d.has("month") {
-					r.Month = d.str("month")
-				} else {
-					r.Day, r.Model = d.str("day"), d.str("model")
-				}
-				r.Requests = d.num("requests")
-				r.PromptTokens = d.num("prompt_tokens")
-				r.CachedTokens = d.num("cached_tokens")
-				r.CompletionTokens = d.num("completion_tokens")
-				r.Cost = money.Amount(d.num("cost"))
-				if d.err != nil {
-					return nil, d.err
-				}
-				out = append(out, r)
-			}
 		}
 	}
-	if err := s.notFoundIfNoOrg(ctx, orgID, len(out)); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return listOrg(ctx, s, orgID, query, func(it item) (usage.Rollup, error) {
+		d := decoder{it: it}
+		r := usage.Rollup{OrgID: orgID}
+		if d.has("month") {
+			r.Month = d.str("month")
+		} else {
+			r.Day, r.Model = d.str("day"), d.str("model")
+		}
+		r.Requests = d.num("requests")
+		r.PromptTokens = d.num("prompt_tokens")
+		r.CachedTokens = d.num("cached_tokens")
+		r.CompletionTokens = d.num("completion_tokens")
+		r.Cost = money.Amount(d.num("cost"))
+		return r, d.err
+	})
 }
 
 var _ store.Store = (*Store)(nil)

@@ -89,27 +89,13 @@ func decodeKey(it item) (store.Key, error) {
 // eventually consistent on AWS: a key created a moment ago may be missing for a fraction of a
 // second; authentication reads the table itself and is not affected.
 func (s *Store) Keys(ctx context.Context, orgID string) ([]store.Key, error) {
-	var keys []store.Key
-	p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+	keys, err := listOrg(ctx, s, orgID, &dynamodb.QueryInput{
 		TableName:                 &s.tables.Keys,
 		IndexName:                 aws.String(KeysByOrgIndex),
 		KeyConditionExpression:    aws.String("org_id = :org"),
 		ExpressionAttributeValues: item{":org": sv(orgID)},
-	})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("keys of %s: %w", orgID, err)
-		}
-		for _, it := range page.Items {
-			k, err := decodeKey(it)
-			if err != nil {
-				return nil, fmt.Errorf("keys of %s: %w", orgID, err)
-			}
-			keys = append(keys, k)
-		}
-	}
-	if err := s.notFoundIfNoOrg(ctx, orgID, len(keys)); err != nil {
+	}, decodeKey)
+	if err != nil {
 		return nil, fmt.Errorf("keys of %s: %w", orgID, err)
 	}
 	slices.SortFunc(keys, func(a, b store.Key) int {

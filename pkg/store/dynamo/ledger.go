@@ -118,27 +118,13 @@ func decodeEntry(it item) (store.LedgerEntry, error) {
 // Ledger lists an organization's ledger entries by time, then ID: a strongly consistent query of
 // the organization's partition, ordered here.
 func (s *Store) Ledger(ctx context.Context, orgID string) ([]store.LedgerEntry, error) {
-	var entries []store.LedgerEntry
-	p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+	entries, err := listOrg(ctx, s, orgID, &dynamodb.QueryInput{
 		TableName:                 &s.tables.Ledger,
 		KeyConditionExpression:    aws.String("org_id = :org"),
 		ExpressionAttributeValues: item{":org": sv(orgID)},
 		ConsistentRead:            aws.Bool(true),
-	})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("ledger of %s: %w", orgID, err)
-		}
-		for _, it := range page.Items {
-			e, err := decodeEntry(it)
-			if err != nil {
-				return nil, fmt.Errorf("ledger of %s: %w", orgID, err)
-			}
-			entries = append(entries, e)
-		}
-	}
-	if err := s.notFoundIfNoOrg(ctx, orgID, len(entries)); err != nil {
+	}, decodeEntry)
+	if err != nil {
 		return nil, fmt.Errorf("ledger of %s: %w", orgID, err)
 	}
 	slices.SortFunc(entries, func(a, b store.LedgerEntry) int {

@@ -233,6 +233,33 @@ func (s *Store) SetMaintenance(ctx context.Context, m store.Maintenance) error {
 	return nil
 }
 
+// listOrg runs a query of one organization's items page by page, decodes each item, and turns an
+// empty listing of an unknown organization into store.ErrNotFound (notFoundIfNoOrg). A nil query
+// is an empty range: nothing is read but the organization is still checked.
+func listOrg[T any](ctx context.Context, s *Store, orgID string, in *dynamodb.QueryInput, decode func(item) (T, error)) ([]T, error) {
+	var out []T
+	if in != nil {
+		p := dynamodb.NewQueryPaginator(s.db, in)
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				return nil, err
+			}
+			for _, it := range page.Items {
+				v, err := decode(it)
+				if err != nil {
+					return nil, err
+				}
+				out = append(out, v)
+			}
+		}
+	}
+	if err := s.notFoundIfNoOrg(ctx, orgID, len(out)); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // notFoundIfNoOrg turns an empty listing of an unknown organization into store.ErrNotFound, as
 // the embedded store does, at the cost of one read only when the listing is empty.
 func (s *Store) notFoundIfNoOrg(ctx context.Context, orgID string, n int) error {

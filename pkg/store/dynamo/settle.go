@@ -242,29 +242,17 @@ func (s *Store) usage(ctx context.Context, orgID string, from, to time.Time) ([]
 	if err != nil {
 		return nil, err
 	}
-	var events []usage.Event
+	var query *dynamodb.QueryInput
 	if f < t {
-		p := dynamodb.NewQueryPaginator(s.db, &dynamodb.QueryInput{
+		query = &dynamodb.QueryInput{
 			TableName:                 &s.tables.Usage,
 			IndexName:                 aws.String(UsageByStartIndex),
 			KeyConditionExpression:    aws.String("org_id = :org AND started_at BETWEEN :from AND :last"),
 			ExpressionAttributeValues: item{":org": sv(orgID), ":from": nv(f), ":last": nv(t - 1)},
-		})
-		for p.HasMorePages() {
-			page, err := p.NextPage(ctx)
-			if err != nil {
-				return nil, err
-			}
-			for _, it := range page.Items {
-				e, err := decodeEvent(it)
-				if err != nil {
-					return nil, err
-				}
-				events = append(events, e)
-			}
 		}
 	}
-	if err := s.notFoundIfNoOrg(ctx, orgID, len(events)); err != nil {
+	events, err := listOrg(ctx, s, orgID, query, decodeEvent)
+	if err != nil {
 		return nil, err
 	}
 	// The index orders by start time; events that started in the same nanosecond come in no
