@@ -455,3 +455,39 @@ func BenchmarkRewriteChunk(b *testing.B) {
 		dst = Rewrite(dst[:0], raw, fields, Edit{Key: "model", Value: model}, Edit{Key: "usage"})
 	}
 }
+
+// TestScanStringEveryPosition puts each byte that ends or breaks a run of plain string contents
+// (and some that do not) at every offset of strings up to three words long, so that the
+// eight-bytes-at-a-time scan is checked against a byte-by-byte one in every lane.
+func TestScanStringEveryPosition(t *testing.T) {
+	// reference returns where scanning the string b ends: past the closing quote, or at the
+	// offset reported for what breaks it (the byte after a backslash, a control character).
+	reference := func(b []byte) (int, bool) {
+		for i := 1; i < len(b); i++ {
+			switch c := b[i]; {
+			case c == '"':
+				return i + 1, true
+			case c == '\\' && b[i+1] == '"': // an escaped quote
+				i++
+			case c == '\\': // followed by 'x' here: an invalid escape
+				return i + 1, false
+			case c < 0x20:
+				return i, false
+			}
+		}
+		return len(b), false
+	}
+	for n := 1; n <= 24; n++ {
+		for pos := 0; pos < n; pos++ {
+			for _, c := range []byte{'"', '\\', 0x00, 0x1f, '\n', 0x20, 0x21, 0x7f, 0x80, 0xff} {
+				s := []byte(`"` + strings.Repeat("x", n) + `"`)
+				s[1+pos] = c
+				want, wantOK := reference(s)
+				got, err := scanString(s, 0)
+				if got != want || (err == nil) != wantOK {
+					t.Errorf("scanString(%q) = %d, %v; want %d, ok %v", s, got, err, want, wantOK)
+				}
+			}
+		}
+	}
+}

@@ -355,13 +355,16 @@ func (d *Decoder) event() (Event, bool) {
 	return Event{}, false
 }
 
+// indexLineEnd returns the offset of the first CR or LF in b, -1 if there is none.
 func indexLineEnd(b []byte) int {
-	for i, c := range b {
-		if c == '\n' || c == '\r' {
-			return i
-		}
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		return bytes.IndexByte(b, '\r')
 	}
-	return -1
+	if j := bytes.IndexByte(b[:i], '\r'); j >= 0 {
+		return j
+	}
+	return i
 }
 
 // AppendData appends an event whose data is data: one "data:" line per line of data, whichever of

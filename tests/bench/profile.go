@@ -44,6 +44,7 @@ func Profile(cfg Config, dir string, seconds int) error {
 	}{
 		{"nonstreaming-8conns", nonStreaming, 8},
 		{"stream1000-1conn", longStream, 1},
+		{"stream1000-8conns", longStream, 8},
 	} {
 		path := filepath.Join(dir, run.name+".pprof")
 		got := make(chan error, 1)
