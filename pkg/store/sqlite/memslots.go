@@ -21,8 +21,9 @@ import (
 // in this process or another, so the memory of this one sees every slot there is; a crashed
 // gateway's slots go with its process. kilnctl and other Stores opened without OwnSlots keep
 // using the leases table, which the owner keeps a copy of its slots in, so that `kilnctl org
-// show` lists them: after every change a goroutine rewrites it, in a write that shares the
-// settlements' commits, so the copy is at most a commit or two behind.
+// show` lists them: after a change a goroutine rewrites it, in a write that shares the
+// settlements' commits, at most every mirrorEvery, so the copy is at most that and a commit or
+// two behind.
 
 // LockName is the lock file a Store with OwnSlots holds in its directory.
 const LockName = "gateway.lock"
@@ -155,10 +156,17 @@ func (s *Store) ownSlots() error {
 	return nil
 }
 
-// mirrorLoop copies the slots to the leases table after they changed, one copy at a time (the
-// changes made while one is written are in the next), until Close.
+// mirrorEvery is the least time between two copies of the slots to the leases table. Under load
+// the slots change twice per request; copying every change cost a write of up to
+// max_in_flight rows per change, for a table only `kilnctl org show` reads.
+const mirrorEvery = 50 * time.Millisecond
+
+// mirrorLoop copies the slots to the leases table after they changed, one copy at a time and
+// at most every mirrorEvery (the changes made meanwhile are in the next copy), until Close.
 func (s *Store) mirrorLoop() {
 	defer close(s.mirrorDone)
+	pause := time.NewTimer(mirrorEvery)
+	pause.Stop()
 	for {
 		select {
 		case <-s.slots.wake:
@@ -169,17 +177,20 @@ func (s *Store) mirrorLoop() {
 		if !changed {
 			continue
 		}
+		wait := mirrorEvery
 		if err := s.mirror(context.Background(), leases); err != nil {
-			// Tried again after a pause (the store may be refusing writes for a while); the
-			// slots themselves are in memory and unaffected.
+			// Tried again after a longer pause (the store may be refusing writes for a
+			// while); the slots themselves are in memory and unaffected.
 			s.slots.mu.Lock()
 			s.slots.change()
 			s.slots.mu.Unlock()
-			select {
-			case <-time.After(time.Second):
-			case <-s.mirrorStop:
-				return
-			}
+			wait = time.Second
+		}
+		pause.Reset(wait)
+		select {
+		case <-pause.C:
+		case <-s.mirrorStop:
+			return
 		}
 	}
 }
@@ -187,15 +198,12 @@ func (s *Store) mirrorLoop() {
 // mirror replaces the leases table's rows with leases, in one write.
 func (s *Store) mirror(ctx context.Context, leases []store.Lease) error {
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := tx.ExecContext(ctx, `DELETE FROM leases`); err != nil {
+		if _, err := tx.StmtContext(ctx, s.st.mirrorClear).ExecContext(ctx); err != nil {
 			return err
 		}
+		insert := tx.StmtContext(ctx, s.st.mirrorInsert)
 		for _, l := range leases {
-			// OR IGNORE: an organization deleted meanwhile (the foreign key) is no reason to
-			// lose the copy of the others.
-			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO leases (org_id, holder_id, expires_at)
-				SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM orgs WHERE id = ?1)`,
-				l.OrgID, l.HolderID, l.Expires.UnixNano()); err != nil {
+			if _, err := insert.ExecContext(ctx, l.OrgID, l.HolderID, l.Expires.UnixNano()); err != nil {
 				return err
 			}
 		}

@@ -33,6 +33,9 @@ type statements struct {
 	foldDay       *sql.Stmt
 	foldMonth     *sql.Stmt
 	markPublished *sql.Stmt
+
+	mirrorClear  *sql.Stmt
+	mirrorInsert *sql.Stmt
 }
 
 const usageColumns = `org_id, generation_id, version, key_id, model, endpoint, stream, status,
@@ -94,6 +97,12 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 			cost = cost + excluded.cost`},
 		{w, &st.markPublished, `UPDATE usage SET unpublished_since = NULL
 			WHERE org_id = ? AND generation_id = ? AND unpublished_since IS NOT NULL`},
+
+		{w, &st.mirrorClear, `DELETE FROM leases`},
+		// OR IGNORE: an organization deleted meanwhile (the foreign key) is no reason to lose
+		// the copy of the others.
+		{w, &st.mirrorInsert, `INSERT OR IGNORE INTO leases (org_id, holder_id, expires_at)
+			SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM orgs WHERE id = ?1)`},
 	} {
 		s, err := p.db.PrepareContext(ctx, p.query)
 		if err != nil {
@@ -112,6 +121,7 @@ func (st *statements) close() error {
 		st.admitCheck, st.admitPurge, st.admitInsert, st.renew,
 		st.settleRelease, st.settleUsage, st.settleLedger, st.settleDebit,
 		st.foldMark, st.foldDay, st.foldMonth, st.markPublished,
+		st.mirrorClear, st.mirrorInsert,
 	} {
 		if s != nil {
 			errs = append(errs, s.Close())
