@@ -71,11 +71,15 @@ const smallObject = 32
 
 func checkDuplicates(raw []byte, fields []Field) error {
 	if len(fields) <= smallObject {
-		for k, f := range fields {
-			a := raw[f.KeyStart+1 : f.KeyEnd-1]
-			for _, g := range fields[:k] {
-				if contentsEqual(a, raw[g.KeyStart+1:g.KeyEnd-1]) {
-					return duplicate(raw, f)
+		for k := 1; k < len(fields); k++ {
+			a := raw[fields[k].KeyStart+1 : fields[k].KeyEnd-1]
+			for j := range k {
+				b := raw[fields[j].KeyStart+1 : fields[j].KeyEnd-1]
+				if len(a) > 0 && len(b) > 0 && a[0] != b[0] && selfChar(a[0]) && selfChar(b[0]) {
+					continue // they differ in their first character
+				}
+				if contentsEqual(a, b) {
+					return duplicate(raw, fields[k])
 				}
 			}
 		}
@@ -99,9 +103,19 @@ func duplicate(raw []byte, f Field) error {
 // Lookup returns the member of raw named key; fields are raw's members from ParseObject. It does not
 // allocate.
 func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
-	for _, f := range fields {
-		if equalsString(raw[f.KeyStart+1:f.KeyEnd-1], key) {
-			return f, true
+	ascii := isASCII(key)
+	for i := range fields {
+		k := raw[fields[i].KeyStart+1 : fields[i].KeyEnd-1]
+		if ascii && len(k) <= len(key) {
+			// Escapes make a key shorter than it is written, and other text does not decode to
+			// ASCII: a key written no longer than an ASCII key is equal to it only byte for byte.
+			if string(k) == key {
+				return fields[i], true
+			}
+			continue
+		}
+		if equalsString(k, key) {
+			return fields[i], true
 		}
 	}
 	return Field{}, false

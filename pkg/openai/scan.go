@@ -355,6 +355,19 @@ func hex4(h []byte) rune {
 	return r
 }
 
+// selfChar reports whether byte c of a JSON string's contents is a whole character that decodes
+// to itself: ASCII, not the start of an escape.
+func selfChar(c byte) bool { return c < utf8.RuneSelf && c != '\\' }
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
 // plain reports whether a string's contents decode to themselves: no escapes, only ASCII.
 func plain(s []byte) bool {
 	for _, c := range s {
