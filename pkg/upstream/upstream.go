@@ -5,6 +5,7 @@
 package upstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -94,12 +95,11 @@ func New(c *catalog.Catalog, opt Options) *Pool {
 				ForceAttemptHTTP2:     true,
 				// Model servers' SSE is small and must not be held back by gzip buffering.
 				DisableCompression: true,
-				// A connection keeps its buffers for its whole life, most of which an open stream
-				// spends waiting for the next token. The write buffer only gathers the request's
-				// header lines and what fits of the body, whose rest goes straight to the socket.
-				// The read buffer stays at its 4 KiB default: a smaller one flushes a burst of
-				// events one by one.
-				WriteBufferSize: 512,
+				// The buffers stay at their 4 KiB defaults, which a connection keeps for its whole
+				// life. A smaller write buffer (512 B was tried) saves 3.5 KiB per open stream but
+				// sends a request whose header lines and body do not fit it in two writes and two
+				// packets, which cost the gateway and the model server more CPU per request than
+				// the memory is worth; a smaller read buffer flushes a burst of events one by one.
 			}
 			be := &backend{
 				cfg:  b,
@@ -188,8 +188,9 @@ func (p *Pool) send(ctx context.Context, be *backend, path string, body func(cat
 	}
 	req.Header = be.header
 	if payload := body(be.cfg); len(payload) > 0 {
-		b := &requestBody{b: payload, full: payload}
-		req.Body, req.GetBody, req.ContentLength = b, b.again, int64(len(payload))
+		b := &requestBody{full: payload}
+		req.Body, req.GetBody, req.ContentLength = b.reader(), b.again, int64(len(payload))
+		trace.WroteRequest = b.written
 		// The transport asks for the body again only before the response headers arrive.
 		defer b.forget()
 	}
@@ -210,28 +211,24 @@ func (p *Pool) send(ctx context.Context, be *backend, path string, body func(cat
 	return &Response{Response: resp, Backend: be.cfg, pool: p}, true, nil
 }
 
-// requestBody is a request body that lets go of its bytes once they are sent. The transport
+// requestBody is a request's body, which lets go of its bytes once they are sent. The transport
 // keeps the request, with its body, until the response body is read to its end, which for a
 // stream is when the stream ends; the bytes themselves are needed only until they are written.
+//
+// What the transport reads is a *bytes.Reader behind io.NopCloser, a body it knows to be in
+// memory: it then writes the header lines and the body together, in one system call and one
+// packet, where for a reader of its own it sends the header lines first.
 type requestBody struct {
-	b    []byte // what is left to read
-	full []byte // the whole body, for a retry, until forget
+	full []byte                       // the whole body, for a retry, until forget
+	cur  atomic.Pointer[bytes.Reader] // the copy being sent
 }
 
-func (r *requestBody) Read(p []byte) (int, error) {
-	if len(r.b) == 0 {
-		return 0, io.EOF
-	}
-	n := copy(p, r.b)
-	r.b = r.b[n:]
-	if len(r.b) == 0 {
-		r.b = nil // an empty slice of the body would still keep all of it
-	}
-	return n, nil
+// reader returns a new copy of the body to send.
+func (r *requestBody) reader() io.ReadCloser {
+	br := bytes.NewReader(r.full)
+	r.cur.Store(br)
+	return io.NopCloser(br)
 }
-
-// Close does nothing: the transport may close the body from another goroutine while it reads.
-func (r *requestBody) Close() error { return nil }
 
 // again is the request's GetBody: the transport retries a request on a fresh connection when a
 // kept-alive one turned out to be closed before anything was written.
@@ -239,10 +236,18 @@ func (r *requestBody) again() (io.ReadCloser, error) {
 	if r.full == nil {
 		return nil, errors.New("request body already sent")
 	}
-	return &requestBody{b: r.full}, nil
+	return r.reader(), nil
 }
 
-// forget drops the copy kept for retries.
+// written is the trace's WroteRequest: the transport is done with the copy it was sending (its
+// writer calls it after the write, so nothing reads the copy any more), which lets go of the bytes.
+func (r *requestBody) written(httptrace.WroteRequestInfo) {
+	if br := r.cur.Load(); br != nil {
+		br.Reset(nil)
+	}
+}
+
+// forget drops the body kept for retries.
 func (r *requestBody) forget() { r.full = nil }
 
 // Healthy reports whether the named backend's breaker lets requests through at now.
