@@ -97,12 +97,8 @@ func (s *Store) fold(ctx context.Context, tx *sql.Tx, d usage.Delta) (applied bo
 		return false, nil
 	}
 	t := d.Totals
-	if _, err := tx.StmtContext(ctx, s.st.foldDay).ExecContext(ctx,
-		d.OrgID, d.Day, d.Model, t.Requests, t.PromptTokens, t.CachedTokens, t.CompletionTokens, int64(t.Cost)); err != nil {
-		return false, err
-	}
-	_, err = tx.StmtContext(ctx, s.st.foldMonth).ExecContext(ctx,
-		d.OrgID, d.Month, t.Requests, t.PromptTokens, t.CachedTokens, t.CompletionTokens, int64(t.Cost))
+	_, err = tx.StmtContext(ctx, s.st.foldDay).ExecContext(ctx,
+		d.OrgID, d.Day, d.Model, t.Requests, t.PromptTokens, t.CachedTokens, t.CompletionTokens, int64(t.Cost))
 	return err == nil, err
 }
 
@@ -118,10 +114,12 @@ func (s *Store) DailyRollups(ctx context.Context, orgID, fromDay, toDay string) 
 	return rollups, nil
 }
 
-// MonthlyRollups lists an organization's month roll-ups for the months from..to, by month.
+// MonthlyRollups lists an organization's month roll-ups for the months from..to, by month: the
+// sums of their days' roll-ups.
 func (s *Store) MonthlyRollups(ctx context.Context, orgID, fromMonth, toMonth string) ([]usage.Rollup, error) {
-	rollups, err := s.rollups(ctx, orgID, `SELECT '', month, '', requests, prompt_tokens, cached_tokens,
-		completion_tokens, cost FROM rollup_months WHERE org_id = ? AND month BETWEEN ? AND ? ORDER BY month`,
+	rollups, err := s.rollups(ctx, orgID, `SELECT '', substr(day, 1, 7) AS month, '', sum(requests),
+		sum(prompt_tokens), sum(cached_tokens), sum(completion_tokens), sum(cost) FROM rollup_days
+		WHERE org_id = ?1 AND day BETWEEN ?2 || '-01' AND ?3 || '-31' GROUP BY month ORDER BY month`,
 		fromMonth, toMonth)
 	if err != nil {
 		return nil, fmt.Errorf("monthly roll-ups of %s: %w", orgID, err)

@@ -118,6 +118,12 @@ CREATE TABLE rollup_months (
 	PRIMARY KEY (org_id, month)
 ) STRICT, WITHOUT ROWID;
 `,
+	// 3: a month's roll-up is the sum of its days', read when asked for (MonthlyRollups), not a
+	// table that every settlement updated too. Both were written in the same transactions, so
+	// the days hold everything the months did.
+	`
+DROP TABLE rollup_months;
+`,
 }
 
 // migrate brings the schema up to date in one write transaction, so that two processes opening a

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -302,48 +303,76 @@ func BenchmarkAdmitSettle(b *testing.B) {
 
 // BenchmarkAdmitSettleParallel is BenchmarkAdmitSettle from many goroutines at once, as the
 // gateway under load calls the store: each iteration is one Admit and one Settle with its own
-// generation id, on an organization whose limit no goroutine count reaches.
+// generation id, on an organization whose limit no goroutine count reaches. It runs on a store
+// opened as kilnctl's is and on one opened as the local gateway's is (slots in memory, commits
+// shared over 1 ms, usage folded at settlement), and reports the process's CPU per iteration.
 func BenchmarkAdmitSettleParallel(b *testing.B) {
-	for _, goroutines := range []int{8, 32} {
-		b.Run(fmt.Sprintf("goroutines=%d", goroutines), func(b *testing.B) {
-			s := open(b, b.TempDir())
-			defer s.Close()
-			ctx := b.Context()
-			now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-			if err := s.CreateOrg(ctx, store.Org{ID: "org-a", Name: "A", MaxInFlight: 1 << 20, CreatedAt: now}); err != nil {
-				b.Fatal(err)
-			}
-			if err := s.AddEntry(ctx, store.LedgerEntry{ID: "top", OrgID: "org-a", Kind: store.EntryTopUp,
-				Amount: 1_000_000 * money.Dollar, At: now}); err != nil {
-				b.Fatal(err)
-			}
-			var next atomic.Int64
-			// SetParallelism multiplies GOMAXPROCS; round up so that at least this many run.
-			b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
-			b.ReportAllocs()
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					id := "gen-" + strconv.FormatInt(next.Add(1), 10)
-					lease, err := s.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: id, Now: now})
-					if err != nil {
-						b.Error(err)
-						return
-					}
-					_, err = s.Settle(ctx, store.Settlement{Lease: lease, Now: now, Event: usage.Event{
-						Version: usage.SchemaVersion, GenerationID: id, OrgID: "org-a", KeyID: "kiln-AbC123xY",
-						Model: "qwen3-32b", Endpoint: "/v1/chat/completions", Stream: true, Status: usage.StatusCompleted,
-						HTTPStatus: 200, FinishReason: "stop", PromptTokens: 1200, CompletionTokens: 300, Cost: 1_155_000,
-						StartedAt: now, TTFTMillis: 180, DurationMillis: 2400, Backend: "vllm-a",
-					}})
-					if err != nil {
-						b.Error(err)
-						return
-					}
-				}
+	for _, cfg := range []struct {
+		name string
+		opt  sqlite.Options
+	}{
+		{"plain", sqlite.Options{}},
+		{"gateway", sqlite.Options{OwnSlots: true, CommitWindow: time.Millisecond, FoldAtSettlement: true}},
+	} {
+		for _, goroutines := range []int{8, 32} {
+			b.Run(fmt.Sprintf("%s/goroutines=%d", cfg.name, goroutines), func(b *testing.B) {
+				benchAdmitSettleParallel(b, cfg.opt, goroutines)
 			})
-		})
+		}
 	}
+}
+
+func benchAdmitSettleParallel(b *testing.B, opt sqlite.Options, goroutines int) {
+	s, err := sqlite.OpenWith(b.TempDir(), opt)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	ctx := b.Context()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	if err := s.CreateOrg(ctx, store.Org{ID: "org-a", Name: "A", MaxInFlight: 1 << 20, CreatedAt: now}); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.AddEntry(ctx, store.LedgerEntry{ID: "top", OrgID: "org-a", Kind: store.EntryTopUp,
+		Amount: 1_000_000 * money.Dollar, At: now}); err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	// SetParallelism multiplies GOMAXPROCS; round up so that at least this many run.
+	b.SetParallelism((goroutines + runtime.GOMAXPROCS(0) - 1) / runtime.GOMAXPROCS(0))
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := processCPU()
+	defer func() { b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "cpu-us/op") }()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			id := "gen-" + strconv.FormatInt(next.Add(1), 10)
+			lease, err := s.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: id, Now: now})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			_, err = s.Settle(ctx, store.Settlement{Lease: lease, Now: now, Event: usage.Event{
+				Version: usage.SchemaVersion, GenerationID: id, OrgID: "org-a", KeyID: "kiln-AbC123xY",
+				Model: "qwen3-32b", Endpoint: "/v1/chat/completions", Stream: true, Status: usage.StatusCompleted,
+				HTTPStatus: 200, FinishReason: "stop", PromptTokens: 1200, CompletionTokens: 300, Cost: 1_155_000,
+				StartedAt: now, TTFTMillis: 180, DurationMillis: 2400, Backend: "vllm-a",
+			}})
+			if err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// processCPU is the user and system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func setUserVersion(t *testing.T, path string, v int) {

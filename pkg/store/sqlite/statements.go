@@ -31,7 +31,6 @@ type statements struct {
 
 	foldMark      *sql.Stmt
 	foldDay       *sql.Stmt
-	foldMonth     *sql.Stmt
 	markPublished *sql.Stmt
 
 	mirrorClear  *sql.Stmt
@@ -88,13 +87,6 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 			cached_tokens = cached_tokens + excluded.cached_tokens,
 			completion_tokens = completion_tokens + excluded.completion_tokens,
 			cost = cost + excluded.cost`},
-		{w, &st.foldMonth, `INSERT INTO rollup_months (org_id, month, requests,
-			prompt_tokens, cached_tokens, completion_tokens, cost) VALUES (?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (org_id, month) DO UPDATE SET requests = requests + excluded.requests,
-			prompt_tokens = prompt_tokens + excluded.prompt_tokens,
-			cached_tokens = cached_tokens + excluded.cached_tokens,
-			completion_tokens = completion_tokens + excluded.completion_tokens,
-			cost = cost + excluded.cost`},
 		{w, &st.markPublished, `UPDATE usage SET unpublished_since = NULL
 			WHERE org_id = ? AND generation_id = ? AND unpublished_since IS NOT NULL`},
 
@@ -120,7 +112,7 @@ func (st *statements) close() error {
 		st.savepoint, st.rollbackTo, st.release,
 		st.admitCheck, st.admitPurge, st.admitInsert, st.renew,
 		st.settleRelease, st.settleUsage, st.settleLedger, st.settleDebit,
-		st.foldMark, st.foldDay, st.foldMonth, st.markPublished,
+		st.foldMark, st.foldDay, st.markPublished,
 		st.mirrorClear, st.mirrorInsert,
 	} {
 		if s != nil {
