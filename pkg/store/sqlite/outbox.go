@@ -96,10 +96,18 @@ func (s *Store) fold(ctx context.Context, tx *sql.Tx, d usage.Delta) (applied bo
 	if n, _ := res.RowsAffected(); n == 0 {
 		return false, nil
 	}
+	if err := s.addToDay(ctx, tx, d); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// addToDay adds an event's totals to its organization × day × model roll-up.
+func (s *Store) addToDay(ctx context.Context, tx *sql.Tx, d usage.Delta) error {
 	t := d.Totals
-	_, err = tx.StmtContext(ctx, s.st.foldDay).ExecContext(ctx,
+	_, err := tx.StmtContext(ctx, s.st.foldDay).ExecContext(ctx,
 		d.OrgID, d.Day, d.Model, t.Requests, t.PromptTokens, t.CachedTokens, t.CompletionTokens, int64(t.Cost))
-	return err == nil, err
+	return err
 }
 
 // DailyRollups lists an organization's day × model roll-ups for the days from..to, by day then

@@ -124,6 +124,12 @@ CREATE TABLE rollup_months (
 	`
 DROP TABLE rollup_months;
 `,
+	// 4: an event that its own settlement folded into the aggregates (a store without a bus) is
+	// marked so on its usage row, which is its marker: Fold finds it there, and the settlement
+	// writes no rollup_marks row. Events folded before this version have their markers.
+	`
+ALTER TABLE usage ADD COLUMN folded INTEGER NOT NULL DEFAULT 0;
+`,
 }
 
 // migrate brings the schema up to date in one write transaction, so that two processes opening a

@@ -20,7 +20,7 @@ var errApplied = errors.New("already applied")
 // nothing. A debit entry (ID = generation id, amount = -cost) is written only for a non-zero
 // cost, so rejected requests do not fill the ledger with zero entries. The event is recorded
 // unpublished, in the outbox, unless the store folds at settlement (Options), when the same
-// transaction folds it into the aggregates instead.
+// transaction folds it into the aggregates instead and marks the usage row folded.
 func (s *Store) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
 	e := st.Event
 	err := s.settle(ctx, st)
@@ -80,7 +80,7 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 		res, err = tx.StmtContext(ctx, s.st.settleUsage).ExecContext(ctx,
 			e.OrgID, e.GenerationID, e.Version, e.KeyID, e.Model, e.Endpoint, e.Stream, string(e.Status),
 			e.HTTPStatus, e.FinishReason, e.PromptTokens, e.CachedTokens, e.CompletionTokens, int64(e.Cost),
-			e.Estimated, started, e.TTFTMillis, e.DurationMillis, e.Backend, unpublished)
+			e.Estimated, started, e.TTFTMillis, e.DurationMillis, e.Backend, unpublished, s.opt.FoldAtSettlement)
 		if err != nil {
 			return err
 		}
@@ -102,10 +102,9 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 		if !s.opt.FoldAtSettlement {
 			return nil
 		}
-		// A marker already there (never, for a generation settled only now) leaves the
-		// aggregates as they are.
-		_, err = s.fold(ctx, tx, usage.DeltaOf(e))
-		return err
+		// Folded once: the usage row, inserted just now, is the marker (its folded column),
+		// which a later Fold of the same event finds.
+		return s.addToDay(ctx, tx, usage.DeltaOf(e))
 	})
 }
 

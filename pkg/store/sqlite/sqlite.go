@@ -67,8 +67,8 @@ type Store struct {
 // Options change how a Store records settlements.
 type Options struct {
 	// FoldAtSettlement folds every settled event into the store's own aggregates in the
-	// settlement's transaction (usage.Aggregator's marker and roll-ups), and records it as
-	// published: for a gateway with no bus to publish to (KILN_EVENT_BUS unset), where the
+	// settlement's transaction (the day roll-up; the usage row, marked folded, is the marker
+	// usage.Aggregator's Fold checks), and records it as published: for a gateway with no bus to publish to (KILN_EVENT_BUS unset), where the
 	// aggregates live in this database anyway. Exactly once by construction, and no second
 	// write per request. Without it, settled events wait in the outbox for a publisher.
 	FoldAtSettlement bool

@@ -71,15 +71,17 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 			WHERE org_id = ? AND holder_id = ? AND expires_at > ?`},
 
 		{w, &st.settleRelease, `DELETE FROM leases WHERE org_id = ? AND holder_id = ?`},
-		{w, &st.settleUsage, `INSERT INTO usage (` + usageColumns + `, unpublished_since)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
+		{w, &st.settleUsage, `INSERT INTO usage (` + usageColumns + `, unpublished_since, folded)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
 		{w, &st.settleLedger, `INSERT INTO ledger (org_id, id, kind, amount, note, at)
 			VALUES (?, ?, 'debit', ?, ?, ?)`},
 		{w, &st.settleDebit, `UPDATE orgs SET balance = balance - ?1 WHERE id = ?2
 			AND NOT EXISTS (SELECT 1 FROM usage WHERE org_id = ?2 AND generation_id = ?3)`},
 
-		{w, &st.foldMark, `INSERT INTO rollup_marks (org_id, generation_id, day)
-			VALUES (?, ?, ?) ON CONFLICT DO NOTHING`},
+		// No marker, and nothing to fold, for an event its settlement folded.
+		{w, &st.foldMark, `INSERT INTO rollup_marks (org_id, generation_id, day) SELECT ?1, ?2, ?3
+			WHERE NOT EXISTS (SELECT 1 FROM usage WHERE org_id = ?1 AND generation_id = ?2 AND folded)
+			ON CONFLICT DO NOTHING`},
 		{w, &st.foldDay, `INSERT INTO rollup_days (org_id, day, model, requests,
 			prompt_tokens, cached_tokens, completion_tokens, cost) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (org_id, day, model) DO UPDATE SET requests = requests + excluded.requests,
