@@ -122,30 +122,31 @@ func checkChat(m *catalog.Model, get func(string) ([]byte, bool)) *apiError {
 	var fields []openai.Field
 	for i, span := range elems {
 		msg := msgs[span[0]:span[1]]
-		at := fmt.Sprintf("messages[%d]", i)
+		// The message's path, for an error: built only when one is found.
+		at := func() string { return "messages[" + strconv.Itoa(i) + "]" }
 		if openai.Kind(msg) != '{' {
-			return invalid(at, "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at, kindName(msg))
+			return invalid(at(), "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at(), kindName(msg))
 		}
 		fields, _ = openai.ParseObject(fields[:0], msg) // already validated as part of the body
 		rf, ok := openai.Lookup(msg, fields, "role")
 		if !ok {
-			return invalid(at+".role", "missing_required_parameter", "Missing required parameter: '%s.role'.", at)
+			return invalid(at()+".role", "missing_required_parameter", "Missing required parameter: '%s.role'.", at())
 		}
 		role, ok := openai.Unquote(rf.Value(msg))
 		if !ok || !roles[role] {
-			return invalid(at+".role", "invalid_value", "Invalid value for '%s.role': %s. Supported values are: 'system', 'developer', 'user', 'assistant', and 'tool'.", at, abbreviate(rf.Value(msg)))
+			return invalid(at()+".role", "invalid_value", "Invalid value for '%s.role': %s. Supported values are: 'system', 'developer', 'user', 'assistant', and 'tool'.", at(), abbreviate(rf.Value(msg)))
 		}
 		if role == "tool" {
 			tf, ok := openai.Lookup(msg, fields, "tool_call_id")
 			if !ok {
-				return invalid(at+".tool_call_id", "missing_required_parameter", "Missing required parameter: '%s.tool_call_id'.", at)
+				return invalid(at()+".tool_call_id", "missing_required_parameter", "Missing required parameter: '%s.tool_call_id'.", at())
 			}
 			if _, ok := openai.Unquote(tf.Value(msg)); !ok {
-				return invalid(at+".tool_call_id", "invalid_type", "Invalid type for '%s.tool_call_id': expected a string, but got %s instead.", at, kindName(tf.Value(msg)))
+				return invalid(at()+".tool_call_id", "invalid_type", "Invalid type for '%s.tool_call_id': expected a string, but got %s instead.", at(), kindName(tf.Value(msg)))
 			}
 		}
 		if cf, ok := openai.Lookup(msg, fields, "content"); ok && openai.Kind(cf.Value(msg)) == '[' {
-			if e := checkParts(m, at+".content", cf.Value(msg)); e != nil {
+			if e := checkParts(m, at()+".content", cf.Value(msg)); e != nil {
 				return e
 			}
 		}
@@ -226,9 +227,9 @@ func checkTools(tools []byte) *apiError {
 	var fields, fn []openai.Field
 	for i, span := range elems {
 		tool := tools[span[0]:span[1]]
-		at := fmt.Sprintf("tools[%d]", i)
+		at := func() string { return "tools[" + strconv.Itoa(i) + "]" }
 		if openai.Kind(tool) != '{' {
-			return invalid(at, "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at, kindName(tool))
+			return invalid(at(), "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at(), kindName(tool))
 		}
 		fields, _ = openai.ParseObject(fields[:0], tool)
 		if tf, ok := openai.Lookup(tool, fields, "type"); ok {
@@ -238,17 +239,17 @@ func checkTools(tools []byte) *apiError {
 		}
 		ff, ok := openai.Lookup(tool, fields, "function")
 		if !ok || openai.Kind(ff.Value(tool)) != '{' {
-			return invalid(at+".function", "missing_required_parameter", "Missing required parameter: '%s.function'.", at)
+			return invalid(at()+".function", "missing_required_parameter", "Missing required parameter: '%s.function'.", at())
 		}
 		fv := ff.Value(tool)
 		fn, _ = openai.ParseObject(fn[:0], fv)
 		nf, ok := openai.Lookup(fv, fn, "name")
 		if name, isStr := openai.Unquote(nf.Value(fv)); !ok || !isStr || name == "" {
-			return invalid(at+".function.name", "missing_required_parameter", "Missing required parameter: '%s.function.name'.", at)
+			return invalid(at()+".function.name", "missing_required_parameter", "Missing required parameter: '%s.function.name'.", at())
 		}
 		df, ok := openai.Lookup(fv, fn, "description")
 		if desc, isStr := openai.Unquote(df.Value(fv)); !ok || !isStr || desc == "" {
-			return invalid(at+".function.description", "", "Invalid '%s.function': a function tool must have a non-empty 'description'.", at)
+			return invalid(at()+".function.description", "", "Invalid '%s.function': a function tool must have a non-empty 'description'.", at())
 		}
 	}
 	return nil
