@@ -28,7 +28,6 @@ type Config struct {
 	DynamoDBEndpoint string        // KILN_DYNAMODB_ENDPOINT
 	EventBus         string        // KILN_EVENT_BUS
 	EventBridgeURL   string        // KILN_EVENTBRIDGE_ENDPOINT
-	SQSURL           string        // KILN_SQS_ENDPOINT
 	UsageSweep       time.Duration // KILN_USAGE_SWEEP: how often unacknowledged usage events are published again
 	Region           string        // AWS_REGION
 	Simulator        string        // KILN_SIMULATOR_ADDR: start the built-in model simulator there ("" = don't)
@@ -74,7 +73,6 @@ func Load(getenv func(string) string) (Config, error) {
 		DynamoDBEndpoint: getenv("KILN_DYNAMODB_ENDPOINT"),
 		EventBus:         getenv("KILN_EVENT_BUS"),
 		EventBridgeURL:   getenv("KILN_EVENTBRIDGE_ENDPOINT"),
-		SQSURL:           getenv("KILN_SQS_ENDPOINT"),
 		UsageSweep:       dur("KILN_USAGE_SWEEP", time.Minute),
 		Region:           getenv("AWS_REGION"),
 		Simulator:        getenv("KILN_SIMULATOR_ADDR"),
