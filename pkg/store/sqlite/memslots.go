@@ -198,10 +198,10 @@ func (s *Store) mirrorLoop() {
 // mirror replaces the leases table's rows with leases, in one write.
 func (s *Store) mirror(ctx context.Context, leases []store.Lease) error {
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := tx.StmtContext(ctx, s.st.mirrorClear).ExecContext(ctx); err != nil {
+		if _, err := s.stmt(ctx, tx, s.st.mirrorClear).ExecContext(ctx); err != nil {
 			return err
 		}
-		insert := tx.StmtContext(ctx, s.st.mirrorInsert)
+		insert := s.stmt(ctx, tx, s.st.mirrorInsert)
 		for _, l := range leases {
 			if _, err := insert.ExecContext(ctx, l.OrgID, l.HolderID, l.Expires.UnixNano()); err != nil {
 				return err

@@ -49,7 +49,7 @@ func (s *Store) MarkPublished(ctx context.Context, refs []store.EventRef) error 
 		return nil
 	}
 	err := s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		mark := tx.StmtContext(ctx, s.st.markPublished)
+		mark := s.stmt(ctx, tx, s.st.markPublished)
 		for _, r := range refs {
 			if _, err := mark.ExecContext(ctx, r.OrgID, r.GenerationID); err != nil {
 				return err
@@ -89,7 +89,7 @@ func (s *Store) Fold(ctx context.Context, d usage.Delta) (bool, error) {
 // fold is Fold inside a write: it reports applied false, having changed nothing, when d's marker
 // is already there.
 func (s *Store) fold(ctx context.Context, tx *sql.Tx, d usage.Delta) (applied bool, err error) {
-	res, err := tx.StmtContext(ctx, s.st.foldMark).ExecContext(ctx, d.OrgID, d.GenerationID, d.Day)
+	res, err := s.stmt(ctx, tx, s.st.foldMark).ExecContext(ctx, d.OrgID, d.GenerationID, d.Day)
 	if err != nil {
 		return false, err
 	}
@@ -105,7 +105,7 @@ func (s *Store) fold(ctx context.Context, tx *sql.Tx, d usage.Delta) (applied bo
 // addToDay adds an event's totals to its organization × day × model roll-up.
 func (s *Store) addToDay(ctx context.Context, tx *sql.Tx, d usage.Delta) error {
 	t := d.Totals
-	_, err := tx.StmtContext(ctx, s.st.foldDay).ExecContext(ctx,
+	_, err := s.stmt(ctx, tx, s.st.foldDay).ExecContext(ctx,
 		d.OrgID, d.Day, d.Model, t.Requests, t.PromptTokens, t.CachedTokens, t.CompletionTokens, int64(t.Cost))
 	return err
 }

@@ -63,7 +63,7 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 	return s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		// The debit comes first and only when the generation was not settled, so that every
 		// refusal comes before any change.
-		res, err := tx.StmtContext(ctx, s.st.settleDebit).ExecContext(ctx, int64(e.Cost), e.OrgID, e.GenerationID)
+		res, err := s.stmt(ctx, tx, s.st.settleDebit).ExecContext(ctx, int64(e.Cost), e.OrgID, e.GenerationID)
 		if err != nil {
 			return err
 		}
@@ -77,7 +77,7 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 			}
 			return err
 		}
-		res, err = tx.StmtContext(ctx, s.st.settleUsage).ExecContext(ctx,
+		res, err = s.stmt(ctx, tx, s.st.settleUsage).ExecContext(ctx,
 			e.OrgID, e.GenerationID, e.Version, e.KeyID, e.Model, e.Endpoint, e.Stream, string(e.Status),
 			e.HTTPStatus, e.FinishReason, e.PromptTokens, e.CachedTokens, e.CompletionTokens, int64(e.Cost),
 			e.Estimated, started, e.TTFTMillis, e.DurationMillis, e.Backend, unpublished, s.opt.FoldAtSettlement)
@@ -90,12 +90,12 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 			return fmt.Errorf("usage row of %s: %d rows inserted", e.GenerationID, n)
 		}
 		if st.Lease.HolderID != "" && s.slots == nil {
-			if _, err := tx.StmtContext(ctx, s.st.settleRelease).ExecContext(ctx, e.OrgID, st.Lease.HolderID); err != nil {
+			if _, err := s.stmt(ctx, tx, s.st.settleRelease).ExecContext(ctx, e.OrgID, st.Lease.HolderID); err != nil {
 				return err
 			}
 		}
 		if e.Cost != 0 {
-			if _, err := tx.StmtContext(ctx, s.st.settleLedger).ExecContext(ctx, e.OrgID, e.GenerationID, -int64(e.Cost), e.Model, now); err != nil {
+			if _, err := s.stmt(ctx, tx, s.st.settleLedger).ExecContext(ctx, e.OrgID, e.GenerationID, -int64(e.Cost), e.Model, now); err != nil {
 				return err
 			}
 		}

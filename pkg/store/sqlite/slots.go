@@ -40,7 +40,7 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 			limit         int
 			held, expired int
 		)
-		err := tx.StmtContext(ctx, s.st.admitCheck).QueryRowContext(ctx, req.OrgID, now).
+		err := s.stmt(ctx, tx, s.st.admitCheck).QueryRowContext(ctx, req.OrgID, now).
 			Scan(&status, &balance, &limit, &held, &expired)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
@@ -55,7 +55,7 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 		if expired > 0 {
 			// Crashed holders' leases are deleted once seen, so that they do not pile up
 			// and an expired holder ID can be admitted again.
-			if _, err := tx.StmtContext(ctx, s.st.admitPurge).ExecContext(ctx, req.OrgID, now); err != nil {
+			if _, err := s.stmt(ctx, tx, s.st.admitPurge).ExecContext(ctx, req.OrgID, now); err != nil {
 				return err
 			}
 		}
@@ -64,7 +64,7 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 			full = true
 			return nil
 		}
-		res, err := tx.StmtContext(ctx, s.st.admitInsert).ExecContext(ctx, req.OrgID, req.HolderID, expires)
+		res, err := s.stmt(ctx, tx, s.st.admitInsert).ExecContext(ctx, req.OrgID, req.HolderID, expires)
 		if err != nil {
 			return err
 		}
@@ -143,7 +143,7 @@ func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 	}
 	var res sql.Result
 	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
-		res, err = tx.StmtContext(ctx, s.st.renew).ExecContext(ctx, expires, lease.OrgID, lease.HolderID, n)
+		res, err = s.stmt(ctx, tx, s.st.renew).ExecContext(ctx, expires, lease.OrgID, lease.HolderID, n)
 		return err
 	})
 	if err != nil {

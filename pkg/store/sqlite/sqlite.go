@@ -55,9 +55,11 @@ type Store struct {
 	mirrorStop chan struct{} // closed by Close: the mirror stops
 	mirrorDone chan struct{} // closed when the mirror has stopped
 
-	ops     chan *writeOp // writes for the writer goroutine
-	stopped chan struct{} // closed when the writer goroutine has ended
-	mu      sync.RWMutex  // guards closed against sends on ops
+	ops     chan *writeOp           // writes for the writer goroutine
+	stopped chan struct{}           // closed when the writer goroutine has ended
+	boundTx *sql.Tx                 // the writer's transaction that bound holds statements of
+	bound   map[*sql.Stmt]*sql.Stmt // prepared statement → bound to boundTx (Store.stmt)
+	mu      sync.RWMutex            // guards closed against sends on ops
 	closed  bool
 
 	closeOnce sync.Once
@@ -98,7 +100,7 @@ func OpenWith(dir string, opt Options) (*Store, error) {
 		// The driver reads everything after '?' as connection parameters.
 		return nil, fmt.Errorf("open store %s: path must not contain '?'", dir)
 	}
-	s := &Store{path: path, opt: opt}
+	s := &Store{path: path, opt: opt, bound: map[*sql.Stmt]*sql.Stmt{}}
 	if err := s.open(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)

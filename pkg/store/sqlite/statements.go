@@ -7,7 +7,7 @@ import (
 )
 
 // statements are the hot path's prepared statements. The write ones are prepared on the single
-// write connection and reused inside each transaction through Tx.StmtContext.
+// write connection and reused inside each transaction through Store.stmt.
 type statements struct {
 	authenticate *sql.Stmt
 	org          *sql.Stmt

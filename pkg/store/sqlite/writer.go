@@ -245,16 +245,34 @@ func (s *Store) try(batch []*writeOp, m mode) (again bool, err error) {
 
 // savepoint runs op in a savepoint of its own, so that its failure undoes only its changes.
 func (s *Store) savepoint(ctx context.Context, tx *sql.Tx, op *writeOp) error {
-	if _, err := tx.StmtContext(ctx, s.st.savepoint).ExecContext(ctx); err != nil {
+	if _, err := s.stmt(ctx, tx, s.st.savepoint).ExecContext(ctx); err != nil {
 		return err
 	}
 	if op.err = op.fn(ctx, tx); op.err != nil {
-		if _, err := tx.StmtContext(ctx, s.st.rollbackTo).ExecContext(ctx); err != nil {
+		if _, err := s.stmt(ctx, tx, s.st.rollbackTo).ExecContext(ctx); err != nil {
 			return errors.Join(op.err, err)
 		}
 	}
-	_, err := tx.StmtContext(ctx, s.st.release).ExecContext(ctx)
+	_, err := s.stmt(ctx, tx, s.st.release).ExecContext(ctx)
 	return err
+}
+
+// stmt returns the prepared statement st bound to tx, the writer's transaction, binding it at
+// most once per transaction: Tx.StmtContext allocates a statement and takes the connection each
+// time, and a batch runs the same few statements for every one of its writes. Only the writer's
+// goroutine runs transactions on s.w, one at a time, so the cache needs no lock; a write's fn
+// must call it only with the tx it was given.
+func (s *Store) stmt(ctx context.Context, tx *sql.Tx, st *sql.Stmt) *sql.Stmt {
+	if s.boundTx != tx {
+		s.boundTx = tx
+		clear(s.bound)
+	}
+	b := s.bound[st]
+	if b == nil {
+		b = tx.StmtContext(ctx, st)
+		s.bound[st] = b
+	}
+	return b
 }
 
 // take reports whether the writer may run op: it is still queued, and is now taken, so that its
