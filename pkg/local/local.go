@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -39,10 +40,21 @@ func LoadCatalog(cfg config.Config) (*catalog.Catalog, error) {
 	return catalog.Load(cfg.Catalog)
 }
 
+// gcPercent is the local server's GOGC unless the environment sets one. Its live heap is a few
+// MiB, so at Go's default of 100 the collector runs every few tens of milliseconds under load,
+// and each cycle stops the world twice; on a machine whose cores the gateway shares, those pauses
+// made the 99th percentile of make bench (added p99 at 8 connections 2.2 ms; 1.45 ms at 200).
+// 200 collects half as often, for garbage of up to twice the live heap instead of once. The
+// Lambda gateway handles one request at a time and keeps Go's default.
+const gcPercent = 200
+
 // Run serves the gateway on cfg.Addr until ctx ends, then shuts down gracefully: open streams get
 // cfg.ShutdownGrace to finish, and every admitted request is settled. Human-readable start-up
 // lines go to out; logs go to log.
 func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log *slog.Logger, out io.Writer) error {
+	if getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
+	}
 	cat, err := LoadCatalog(cfg)
 	if err != nil {
 		return fmt.Errorf("catalog: %w", err)
