@@ -202,9 +202,15 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 	if len(r.Cold.gateway) > 0 {
 		p("| cold start to first 200 ≤ 50 ms (local server) | issue 6 | %s ms | %s |", r.Cold.gateway.fmt("%.1f"), verdict(r.Cold.gateway.median() <= 50))
 	}
-	if lc := r.Cold.lambda; len(lc.dynamo.cold) > 0 || len(lc.sqlite.cold) > 0 {
-		p("| cold start to first 200 ≤ 50 ms (Lambda bootstrap) | issue 6 | DynamoDB store: %s ms (embedded store: %s ms) | %s |",
-			lc.dynamo.cold.fmt("%.1f"), lc.sqlite.cold.fmt("%.1f"), verdict(len(lc.dynamo.cold) > 0 && lc.dynamo.cold.median() <= 50))
+	if lc := r.Cold.lambda; len(lc.sqlite.cold) > 0 {
+		// The issue's targets are for the embedded store; on DynamoDB Local the first answer
+		// waits for that server's round trips, which a warm invocation shows alone.
+		dynamo := "not measured"
+		if len(lc.dynamo.cold) > 0 {
+			dynamo = fmt.Sprintf("%s ms, of which a warm invocation's own %s ms", lc.dynamo.cold.fmt("%.1f"), lc.dynamo.warm.fmt("%.1f"))
+		}
+		p("| cold start to first 200 ≤ 50 ms (Lambda bootstrap, embedded store) | issue 6 | %s ms (on DynamoDB Local: %s) | %s |",
+			lc.sqlite.cold.fmt("%.1f"), dynamo, verdict(lc.sqlite.cold.median() <= 50))
 	}
 	p("")
 	if ps := r.Closed[8]; hasBare(ps) {
@@ -353,7 +359,9 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 		p("## Memory: %d concurrent open streams", mm.streams)
 		p("")
 		p("Streams of 1,000 tokens one second apart (`[[sim:delay_ms=1000]]`), held open after their first event; RSS")
-		p("(`VmRSS`) before they opened and while all were open.")
+		p("(`VmRSS`) before they opened and while all were open. RSS counts garbage not yet collected as well as what the")
+		p("streams hold: the gateway collects at `GOGC=200` (`pkg/local`), so its figure before may already include up to")
+		p("twice its live heap in garbage, which the streams' memory then partly reuses; the table shows both RSS figures.")
 		p("")
 		p("| process | streams open | RSS before | RSS with streams | per open stream |")
 		p("| --- | --- | --- | --- | --- |")
