@@ -1,4 +1,4 @@
-// Package upstream talks to model servers: it keeps a pooled HTTP client per backend, tracks
+// Package upstream talks to model servers: it keeps a pooled HTTP transport per backend, tracks
 // each backend's health with a circuit breaker, picks a healthy backend for a model, retries on
 // another backend only when nothing reached the first, and cancels the backend request the
 // moment the caller's context ends.
@@ -47,7 +47,7 @@ type Options struct {
 // the server is closing cannot be retried safely, so we would rather reconnect.
 const idleConnTimeout = 4 * time.Second
 
-// Pool holds one client per backend.
+// Pool holds one transport per backend.
 type Pool struct {
 	opt      Options
 	backends map[string]*backend
@@ -55,11 +55,14 @@ type Pool struct {
 }
 
 type backend struct {
-	cfg     catalog.Backend
-	base    string
-	header  http.Header // every request's header: shared, and never written after New
-	client  *http.Client
-	breaker breaker
+	cfg    catalog.Backend
+	base   string
+	header http.Header // every request's header: shared, and never written after New
+	// transport sends the requests itself, not through an http.Client: a model server's answer is
+	// the answer, a redirect included (which the client would follow, copying every request's
+	// header lines first in case it does).
+	transport *http.Transport
+	breaker   breaker
 }
 
 // New builds a pool for every backend of the catalog.
@@ -108,7 +111,7 @@ func New(c *catalog.Catalog, opt Options) *Pool {
 					"Content-Type": {"application/json"},
 					"Accept":       {"application/json, text/event-stream"},
 				},
-				client: &http.Client{Transport: tr},
+				transport: tr,
 			}
 			if b.APIKeyEnv != "" && opt.Getenv != nil {
 				if k := opt.Getenv(b.APIKeyEnv); k != "" {
@@ -194,7 +197,7 @@ func (p *Pool) send(ctx context.Context, be *backend, path string, body func(cat
 		// The transport asks for the body again only before the response headers arrive.
 		defer b.forget()
 	}
-	resp, err := be.client.Do(req)
+	resp, err := be.transport.RoundTrip(req)
 	if err != nil {
 		if ctx.Err() == nil {
 			be.breaker.failure(p.opt.Now(), p.opt)

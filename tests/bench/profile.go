@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -47,12 +48,16 @@ func Profile(cfg Config, dir string, seconds int) error {
 		{"stream1000-8conns", longStream, 8},
 	} {
 		path := filepath.Join(dir, run.name+".pprof")
-		got := make(chan error, 1)
+		allocs := filepath.Join(dir, run.name+"-allocs.pprof")
+		got := make(chan error, 2)
 		go func() {
 			got <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, seconds), path)
 		}()
+		go func() { // what was allocated over the same window, for the garbage collector's share
+			got <- fetch(fmt.Sprintf("http://%s/debug/pprof/allocs?seconds=%d", pprofAddr, seconds), allocs)
+		}()
 		ph := closedLoop(st.gateway, run.kind, run.conns, 200*time.Millisecond, d+time.Second, w)
-		if err := <-got; err != nil {
+		if err := errors.Join(<-got, <-got); err != nil {
 			return err
 		}
 		fmt.Fprintf(cfg.Log, "== %s: %d requests, p50 %v, p99 %v, %.0f/s; gateway CPU %v; profile %s\n",
