@@ -39,7 +39,8 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 		x.badBackendBody(ctx, "the model backend's answer was too large.", errors.New("response over limit"))
 		return
 	}
-	fields, err := openai.ParseObject(nil, raw)
+	var buf [16]openai.Field // room for an answer's members without allocating
+	fields, err := openai.ParseObject(buf[:0], raw)
 	if err != nil {
 		resp.Failed()
 		x.badBackendBody(ctx, "the model backend sent an invalid answer.", err)
@@ -106,7 +107,8 @@ func firstFinishReason(choices []byte) string {
 		return ""
 	}
 	c := choices[elems[0][0]:elems[0][1]]
-	fields, err := openai.ParseObject(nil, c)
+	var buf [8]openai.Field
+	fields, err := openai.ParseObject(buf[:0], c)
 	if err != nil {
 		return ""
 	}

@@ -119,7 +119,8 @@ func checkChat(m *catalog.Model, get func(string) ([]byte, bool)) *apiError {
 	if err != nil || len(elems) == 0 {
 		return errEmptyMessages
 	}
-	var fields []openai.Field
+	var buf [8]openai.Field // room for a message's members without allocating
+	fields := buf[:0]
 	for i, span := range elems {
 		msg := msgs[span[0]:span[1]]
 		// The message's path, for an error: built only when one is found.
