@@ -101,12 +101,10 @@ func (x *exchange) renameModel(resp *upstream.Response) (openai.Edit, bool) {
 
 // firstFinishReason reads choices[0].finish_reason, "" when absent or null.
 func firstFinishReason(choices []byte) string {
-	var elems [][2]int
-	elems, err := openai.Elements(elems, choices)
-	if err != nil || len(elems) == 0 {
+	c, ok := openai.First(choices)
+	if !ok {
 		return ""
 	}
-	c := choices[elems[0][0]:elems[0][1]]
 	var buf [8]openai.Field
 	fields, err := openai.ParseObject(buf[:0], c)
 	if err != nil {
@@ -462,12 +460,10 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 // inspectChoice reads the first choice's finish reason and whether it carries generated content
 // (delta content, reasoning or tool-call fragments, or a completion's text).
 func (r *relayState) inspectChoice(choices []byte) {
-	var elems [1][2]int
-	es, err := openai.Elements(elems[:0], choices)
-	if err != nil || len(es) == 0 {
+	c, ok := openai.First(choices)
+	if !ok {
 		return
 	}
-	c := choices[es[0][0]:es[0][1]]
 	var fields [8]openai.Field
 	fs, err := openai.ParseObject(fields[:0], c)
 	if err != nil {

@@ -252,6 +252,25 @@ func Unquote(v []byte) (string, bool) {
 	return unquote(v[1 : len(v)-1]), true
 }
 
+// First returns the first element of the JSON array v, without looking at the others: for an
+// array already validated (a value of an object ParseObject accepted). ok is false when v is not
+// an array, is empty, or its first element is not valid JSON.
+func First(v []byte) (elem []byte, ok bool) {
+	i := skipSpace(v, 0)
+	if i >= len(v) || v[i] != '[' {
+		return nil, false
+	}
+	i = skipSpace(v, i+1)
+	if i >= len(v) || v[i] == ']' {
+		return nil, false
+	}
+	end, err := scanValue(v, i, 1)
+	if err != nil {
+		return nil, false
+	}
+	return v[i:end], true
+}
+
 // Elements returns, appended to dst[:0], the start and end offsets in v of each element of the JSON
 // array v. The whole of v is validated.
 func Elements(dst [][2]int, v []byte) ([][2]int, error) {
