@@ -417,6 +417,9 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 	}
 	if hasUsage {
 		x.meter.observe(uf.Value(data))
+		if len(x.req.body) > keepBodyUpTo {
+			x.dropBody(uf.Value(data))
+		}
 	}
 	cf, _ := openai.Lookup(data, fields, "choices")
 	choices := cf.Value(data)
@@ -455,6 +458,22 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 	b.out = openai.Rewrite(b.out, data, fields, edits...)
 	b.out = append(b.out, "\n\n"...)
 	return b.out, nil
+}
+
+// keepBodyUpTo is the size up to which a stream keeps the client's request body to its end.
+const keepBodyUpTo = 8 << 10
+
+// dropBody lets go of a large request body once the backend has reported the prompt's tokens in
+// usage: the body was kept only to estimate them should the stream end without usage. The
+// reported count stands in for the estimate, should a later report be unusable.
+func (x *exchange) dropBody(usageValue []byte) {
+	u, ok, err := openai.ParseUsage(usageValue)
+	if err != nil || !ok || u.PromptTokens <= 0 {
+		return
+	}
+	prompt := u.PromptTokens
+	x.meter.promptEstimate = func() int64 { return prompt }
+	x.req.body = nil
 }
 
 // inspectChoice reads the first choice's finish reason and whether it carries generated content

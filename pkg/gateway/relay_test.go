@@ -148,3 +148,44 @@ func TestDeadline(t *testing.T) {
 	}
 	h.waitIdle(h.orgID)
 }
+
+// TestLargeBodyDroppedOnceUsageIsKnown: a stream keeps a large request body only until the
+// backend reports the prompt's tokens, which then stand in for the estimate the body was kept
+// for; a small body is kept to the end.
+func TestLargeBodyDroppedOnceUsageIsKnown(t *testing.T) {
+	h := newHarness(t)
+	qwen, _ := h.catalog.Model("qwen3-32b")
+	noUsage := []byte(`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"Qwen/Qwen3-32B","choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":null}]}`)
+	withUsage := []byte(`{"id":"c1","object":"chat.completion.chunk","created":1,"model":"Qwen/Qwen3-32B","choices":[{"index":0,"delta":{"content":" hi"},"finish_reason":null}],"usage":{"prompt_tokens":5012,"total_tokens":5013,"completion_tokens":1}}`)
+	for _, tc := range []struct {
+		name    string
+		content int
+		dropped bool
+	}{
+		{"large", 20000, true},
+		{"small", 200, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			body := []byte(`{"model":"qwen3-32b","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("x", tc.content) + `"}]}`)
+			x := &exchange{g: h.gw, ep: chatEndpoint, req: &request{model: qwen, stream: true, body: body}}
+			x.meter.promptEstimate = func() int64 { return estimatePromptTokens(true, x.req.body) }
+			r := &relayState{x: x, rename: true, modelJSON: []byte(`"qwen3-32b"`)}
+			if _, err := r.chunk(noUsage); err != nil || x.req.body == nil {
+				t.Fatalf("before any usage: %v; body kept: %v", err, x.req.body != nil)
+			}
+			if _, err := r.chunk(withUsage); err != nil {
+				t.Fatal(err)
+			}
+			if dropped := x.req.body == nil; dropped != tc.dropped {
+				t.Errorf("body dropped after usage: %v, want %v", dropped, tc.dropped)
+			}
+			want := int64(5012)
+			if !tc.dropped {
+				want = estimatePromptTokens(true, body)
+			}
+			if got := x.meter.promptEstimate(); got != want {
+				t.Errorf("prompt estimate %d, want %d", got, want)
+			}
+		})
+	}
+}
