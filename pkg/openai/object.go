@@ -103,12 +103,13 @@ func duplicate(raw []byte, f Field) error {
 // Lookup returns the member of raw named key; fields are raw's members from ParseObject. It does not
 // allocate.
 func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
-	ascii := isASCII(key)
+	plain := plainString(key)
 	for i := range fields {
 		k := raw[fields[i].KeyStart+1 : fields[i].KeyEnd-1]
-		if ascii && len(k) <= len(key) {
+		if plain && len(k) <= len(key) {
 			// Escapes make a key shorter than it is written, and other text does not decode to
-			// ASCII: a key written no longer than an ASCII key is equal to it only byte for byte.
+			// ASCII: a key written no longer than an ASCII key without backslashes is equal to
+			// it only byte for byte.
 			if string(k) == key {
 				return fields[i], true
 			}

@@ -188,7 +188,7 @@ func TestParseObjectDoesNotAllocate(t *testing.T) {
 }
 
 func TestLookup(t *testing.T) {
-	raw := []byte(`{"model":"m","mod\u0065l2":"n","caf\u00e9":1,"日本":2,"bad` + "\xff" + `":3}`)
+	raw := []byte(`{"model":"m","mod\u0065l2":"n","caf\u00e9":1,"日本":2,"bad` + "\xff" + `":3,"\n":4,"\\t":5}`)
 	fields, err := ParseObject(nil, raw)
 	if err != nil {
 		t.Fatal(err)
@@ -206,6 +206,10 @@ func TestLookup(t *testing.T) {
 		{"bad\xff", "", false}, // decoded keys are always valid UTF-8
 		{"mode", "", false},
 		{"Model", "", false},
+		{"\n", "4", true}, // a newline, written as an escape
+		{`\n`, "", false}, // a backslash then n: not the member written "\n"
+		{`\t`, "5", true}, // a backslash then t, written "\\t"
+		{"\t", "", false},
 		{"", "", false},
 	}
 	for _, tc := range tests {

@@ -359,9 +359,11 @@ func hex4(h []byte) rune {
 // to itself: ASCII, not the start of an escape.
 func selfChar(c byte) bool { return c < utf8.RuneSelf && c != '\\' }
 
-func isASCII(s string) bool {
+// plainString reports whether s is ASCII without a backslash: text that a JSON string's contents
+// written with the very same bytes, and only those, decode to.
+func plainString(s string) bool {
 	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
+		if !selfChar(s[i]) {
 			return false
 		}
 	}
