@@ -185,17 +185,20 @@ func (p *Pool) pick(model *catalog.Model, now time.Time, skip string) *backend {
 func (p *Pool) send(ctx context.Context, be *backend, path string, body func(catalog.Backend) []byte) (*Response, bool, error) {
 	var sent atomic.Bool
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
+	var b *requestBody
+	if payload := body(be.cfg); len(payload) > 0 {
+		b = &requestBody{full: payload}
+		trace.WroteRequest = b.written
+		// The transport asks for the body again only before the response headers arrive.
+		defer b.forget()
+	}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, be.base+path, nil)
 	if err != nil {
 		return nil, false, &Error{Backend: be.cfg.Name, Err: err}
 	}
 	req.Header = be.header
-	if payload := body(be.cfg); len(payload) > 0 {
-		b := &requestBody{full: payload}
-		req.Body, req.GetBody, req.ContentLength = b.reader(), b.again, int64(len(payload))
-		trace.WroteRequest = b.written
-		// The transport asks for the body again only before the response headers arrive.
-		defer b.forget()
+	if b != nil {
+		req.Body, req.GetBody, req.ContentLength = b.reader(), b.again, int64(len(b.full))
 	}
 	resp, err := be.transport.RoundTrip(req)
 	if err != nil {
@@ -222,8 +225,9 @@ func (p *Pool) send(ctx context.Context, be *backend, path string, body func(cat
 // memory: it then writes the header lines and the body together, in one system call and one
 // packet, where for a reader of its own it sends the header lines first.
 type requestBody struct {
-	full []byte                       // the whole body, for a retry, until forget
-	cur  atomic.Pointer[bytes.Reader] // the copy being sent
+	full    []byte                       // the whole body, for a retry, until forget
+	cur     atomic.Pointer[bytes.Reader] // the copy being sent
+	retried atomic.Bool                  // again was called: copies are no longer emptied
 }
 
 // reader returns a new copy of the body to send.
@@ -239,12 +243,18 @@ func (r *requestBody) again() (io.ReadCloser, error) {
 	if r.full == nil {
 		return nil, errors.New("request body already sent")
 	}
+	r.retried.Store(true)
 	return r.reader(), nil
 }
 
 // written is the trace's WroteRequest: the transport is done with the copy it was sending (its
 // writer calls it after the write, so nothing reads the copy any more), which lets go of the bytes.
+// After a retry it does nothing: the HTTP/2 transport may start the retry before the first
+// attempt's writer has called it, and the copy in cur is then the retry's, still being read.
 func (r *requestBody) written(httptrace.WroteRequestInfo) {
+	if r.retried.Load() {
+		return
+	}
 	if br := r.cur.Load(); br != nil {
 		br.Reset(nil)
 	}
