@@ -314,3 +314,31 @@ func TestRequestSentInOneWrite(t *testing.T) {
 		t.Errorf("the backend's first read has %d bytes, not the whole request:\n%s", len(got), got)
 	}
 }
+
+// TestRedirectIsTheAnswer: a backend's redirect is returned as its answer, not followed: a model
+// server that redirects is misconfigured, and following would send the body a second time.
+func TestRedirectIsTheAnswer(t *testing.T) {
+	followed := make(chan struct{}, 1)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/x", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/v1/elsewhere", http.StatusTemporaryRedirect)
+	})
+	mux.HandleFunc("/v1/elsewhere", func(w http.ResponseWriter, r *http.Request) { followed <- struct{}{} })
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1"})
+	p := New(c, Options{})
+	resp, err := p.Do(context.Background(), c.Models[0], "/x", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTemporaryRedirect {
+		t.Errorf("status %d, want the backend's 307", resp.StatusCode)
+	}
+	select {
+	case <-followed:
+		t.Error("the redirect was followed")
+	default:
+	}
+}
