@@ -31,7 +31,7 @@ func (s *Store) CreateOrg(ctx context.Context, org store.Org) error {
 	if org.Status == "" {
 		org.Status = store.OrgActive
 	}
-	if err := checkOrg(org.Status, org.MaxInFlight); err != nil {
+	if err := store.CheckOrg(org.Status, org.MaxInFlight); err != nil {
 		return fmt.Errorf("create org %s: %w", org.ID, err)
 	}
 	orgItem := orgKey(org.ID)
@@ -61,16 +61,6 @@ func (s *Store) CreateOrg(ctx context.Context, org store.Org) error {
 		return fmt.Errorf("create org %s: %w", org.ID, err)
 	case c != nil:
 		return fmt.Errorf("create org %s: %w", org.ID, store.ErrExists)
-	}
-	return nil
-}
-
-func checkOrg(status store.OrgStatus, maxInFlight int) error {
-	if status != store.OrgActive && status != store.OrgSuspended {
-		return fmt.Errorf("unknown status %q", status)
-	}
-	if maxInFlight < 1 {
-		return fmt.Errorf("max in flight %d: must be at least 1", maxInFlight)
 	}
 	return nil
 }
@@ -143,7 +133,7 @@ func (s *Store) Orgs(ctx context.Context) ([]store.Org, error) {
 
 // SetOrgStatus suspends or resumes an organization.
 func (s *Store) SetOrgStatus(ctx context.Context, orgID string, status store.OrgStatus) error {
-	if err := checkOrg(status, 1); err != nil {
+	if err := store.CheckOrg(status, 1); err != nil {
 		return fmt.Errorf("set status of %s: %w", orgID, err)
 	}
 	err := write(ctx, func() error {
@@ -170,7 +160,7 @@ func (s *Store) SetOrgStatus(ctx context.Context, orgID string, status store.Org
 // transaction, on its slots item, where admission compares it with the number of leases.
 // Holders above a lowered limit keep their leases until they release them.
 func (s *Store) SetMaxInFlight(ctx context.Context, orgID string, n int) error {
-	if err := checkOrg(store.OrgActive, n); err != nil {
+	if err := store.CheckOrg(store.OrgActive, n); err != nil {
 		return fmt.Errorf("set limit of %s: %w", orgID, err)
 	}
 	update := func(key item, attr string) types.TransactWriteItem {

@@ -26,7 +26,7 @@ func (s *Store) CreateOrg(ctx context.Context, org store.Org) error {
 	if org.Status == "" {
 		org.Status = store.OrgActive
 	}
-	if err := checkOrg(org.Status, org.MaxInFlight); err != nil {
+	if err := store.CheckOrg(org.Status, org.MaxInFlight); err != nil {
 		return fmt.Errorf("create org %s: %w", org.ID, err)
 	}
 	created, err := optNanos("created_at", org.CreatedAt)
@@ -45,16 +45,6 @@ func (s *Store) CreateOrg(ctx context.Context, org store.Org) error {
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
 		return fmt.Errorf("create org %s: %w", org.ID, store.ErrExists)
-	}
-	return nil
-}
-
-func checkOrg(status store.OrgStatus, maxInFlight int) error {
-	if status != store.OrgActive && status != store.OrgSuspended {
-		return fmt.Errorf("unknown status %q", status)
-	}
-	if maxInFlight < 1 {
-		return fmt.Errorf("max in flight %d: must be at least 1", maxInFlight)
 	}
 	return nil
 }
@@ -112,7 +102,7 @@ func (s *Store) Orgs(ctx context.Context) ([]store.Org, error) {
 // SetOrgStatus suspends or resumes an organization.
 func (s *Store) SetOrgStatus(ctx context.Context, orgID string, status store.OrgStatus) error {
 	defer s.orgChanged(orgID)
-	if err := checkOrg(status, 1); err != nil {
+	if err := store.CheckOrg(status, 1); err != nil {
 		return fmt.Errorf("set status of %s: %w", orgID, err)
 	}
 	return s.update(ctx, "set status of "+orgID, `UPDATE orgs SET status = ? WHERE id = ?`, string(status), orgID)
@@ -122,7 +112,7 @@ func (s *Store) SetOrgStatus(ctx context.Context, orgID string, status store.Org
 // their slots until they release them.
 func (s *Store) SetMaxInFlight(ctx context.Context, orgID string, n int) error {
 	defer s.orgChanged(orgID)
-	if err := checkOrg(store.OrgActive, n); err != nil {
+	if err := store.CheckOrg(store.OrgActive, n); err != nil {
 		return fmt.Errorf("set limit of %s: %w", orgID, err)
 	}
 	return s.update(ctx, "set limit of "+orgID, `UPDATE orgs SET max_in_flight = ? WHERE id = ?`, n, orgID)
