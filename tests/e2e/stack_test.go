@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/neocloud/kiln/infra"
+	"github.com/neocloud/kiln/tests/internal/build"
 	"github.com/neocloud/kiln/tests/internal/output"
 )
 
@@ -39,19 +40,16 @@ func TestMain(m *testing.M) {
 		}
 		defer os.RemoveAll(dir)
 		binDir = dir
-		wd, _ := os.Getwd()
-		repoRoot = filepath.Clean(filepath.Join(wd, "..", ".."))
-		gatewayBin = filepath.Join(dir, "gateway")
-		kilnctlBin = filepath.Join(dir, "kilnctl")
-		for out, pkg := range map[string]string{gatewayBin: "./functions/gateway", kilnctlBin: "./infra/kilnctl"} {
-			cmd := exec.Command("go", "build", "-o", out, pkg)
-			cmd.Dir = repoRoot
-			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-			if b, err := cmd.CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "build %s: %v\n%s", pkg, err, b)
-				return 1
-			}
+		if repoRoot, err = build.Repo(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
 		}
+		bins, err := build.Commands(dir, "./functions/gateway", "./infra/kilnctl")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		gatewayBin, kilnctlBin = bins[0], bins[1]
 		return m.Run()
 	}())
 }

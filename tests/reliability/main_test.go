@@ -30,6 +30,7 @@ import (
 	"github.com/neocloud/kiln/pkg/simulator"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/usage"
+	"github.com/neocloud/kiln/tests/internal/build"
 	"github.com/neocloud/kiln/tests/internal/output"
 )
 
@@ -43,15 +44,12 @@ func TestMain(m *testing.M) {
 			return 1
 		}
 		defer os.RemoveAll(dir)
-		wd, _ := os.Getwd()
-		gatewayBin = filepath.Join(dir, "gateway")
-		cmd := exec.Command("go", "build", "-o", gatewayBin, "./functions/gateway")
-		cmd.Dir = filepath.Clean(filepath.Join(wd, "..", ".."))
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build the gateway: %v\n%s", err, b)
+		bins, err := build.Commands(dir, "./functions/gateway")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
+		gatewayBin = bins[0]
 		code := m.Run()
 		stopSharedDynamo()
 		return code
