@@ -36,6 +36,7 @@ import (
 	"github.com/neocloud/kiln/pkg/store/dynamo"
 	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
 	"github.com/neocloud/kiln/pkg/usage"
+	"github.com/neocloud/kiln/tests/internal/output"
 )
 
 var ddb, moto *dynamotest.Server
@@ -66,24 +67,6 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// syncBuffer collects the gateway's output.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func freeAddr(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -96,8 +79,8 @@ func freeAddr(t *testing.T) string {
 // gatewayProc is the gateway running in this process through local.Run.
 type gatewayProc struct {
 	base    string // http://127.0.0.1:PORT/v1
-	out     *syncBuffer
-	logs    *syncBuffer
+	out     *output.Buffer
+	logs    *output.Buffer
 	stop    context.CancelFunc
 	done    chan error
 	demoKey string
@@ -109,7 +92,7 @@ func startGateway(t *testing.T, env map[string]string) *gatewayProc {
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	g := &gatewayProc{out: &syncBuffer{}, logs: &syncBuffer{}, done: make(chan error, 1)}
+	g := &gatewayProc{out: &output.Buffer{}, logs: &output.Buffer{}, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	g.stop = cancel
 	log := slog.New(slog.NewJSONHandler(g.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
