@@ -14,7 +14,8 @@ import (
 
 // Profile runs the gateway built with a pprof listener (cmd/gatewayprof) under the two loads that
 // matter, non-streaming at 8 connections and 1,000-token streams, and saves a CPU profile of
-// each in dir, then a heap profile and a goroutine dump with cfg.Streams slow streams open;
+// each in dir, then a heap profile (also as text, which ends with the runtime's MemStats, stacks
+// included) and a goroutine dump with cfg.Streams slow streams open;
 // `go tool pprof -top` of each profile goes to cfg.Log.
 func Profile(cfg Config, dir string, seconds int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -86,6 +87,8 @@ func Profile(cfg Config, dir string, seconds int) error {
 			_ = top.Run()
 		}
 		_ = fetch(fmt.Sprintf("http://%s/debug/pprof/goroutine?debug=1", pprofAddr), filepath.Join(dir, "goroutines-open-streams.txt"))
+		// The text form ends with the runtime's MemStats: stacks are counted there, not in the profile.
+		_ = fetch(fmt.Sprintf("http://%s/debug/pprof/heap?debug=1", pprofAddr), filepath.Join(dir, "heap-open-streams.txt"))
 	}
 	closeAll()
 	return err

@@ -60,7 +60,10 @@ type memory struct {
 	simIdle, simOpen          int64 // simulator RSS, direct streams
 	gwIdle, gwOpen            int64 // gateway RSS, streams through it
 	simIdleGw, simOpenGw      int64 // simulator RSS while serving the gateway's streams
+	proxyOpened               int
+	proxyIdle, proxyOpen      int64 // bare proxy RSS, streams through it
 	directErr, gatewayErr     error
+	proxyErr                  error
 }
 
 type cold struct {
@@ -298,6 +301,15 @@ func measureMemory(st *stack, n int) memory {
 	m.simOpenGw, _ = rss(st.sim.pid())
 	closeAll()
 	time.Sleep(time.Second) // settlement of the cancelled streams
+
+	// What net/http alone holds on both sides of a proxied stream.
+	m.proxyIdle, _ = rss(st.proxy.pid())
+	opened, closeAll, err = openStreams(st.bare, n, 30*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	m.proxyOpened, m.proxyErr = opened, err
+	m.proxyOpen, _ = rss(st.proxy.pid())
+	closeAll()
+	time.Sleep(time.Second)
 	return m
 }
 

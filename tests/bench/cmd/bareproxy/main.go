@@ -51,7 +51,8 @@ func run() error {
 			DisableCompression:  true,
 		},
 		// Without a pool each request allocates a 32 KiB copy buffer; any proxy tuned for
-		// throughput reuses them.
+		// throughput reuses them. An open stream holds its buffer while it waits, so they are
+		// the gateway's read buffer's 4 KiB, which holds any model server's event.
 		BufferPool: &bufferPool{},
 	}
 	fmt.Printf("listening on http://%s/v1\n", ln.Addr())
@@ -69,14 +70,14 @@ func envOr(key, fallback string) string {
 	return fallback
 }
 
-// bufferPool is httputil.BufferPool over a sync.Pool of 32 KiB buffers.
+// bufferPool is httputil.BufferPool over a sync.Pool of 4 KiB buffers.
 type bufferPool struct{ p sync.Pool }
 
 func (b *bufferPool) Get() []byte {
 	if buf, ok := b.p.Get().(*[]byte); ok {
 		return *buf
 	}
-	return make([]byte, 32<<10)
+	return make([]byte, 4<<10)
 }
 
 func (b *bufferPool) Put(buf []byte) { b.p.Put(&buf) }
