@@ -101,15 +101,12 @@ func (x *exchange) renameModel(resp *upstream.Response) (openai.Edit, bool) {
 
 // firstFinishReason reads choices[0].finish_reason, "" when absent or null.
 func firstFinishReason(choices []byte) string {
-	c, ok := openai.First(choices)
+	c, ok := openai.InArray(choices)
 	if !ok {
 		return ""
 	}
 	var buf [8]openai.Field
-	fields, err := openai.ParseObject(buf[:0], c)
-	if err != nil {
-		return ""
-	}
+	fields := openai.Members(buf[:0], c) // validated with the whole answer
 	if f, ok := openai.Lookup(c, fields, "finish_reason"); ok {
 		s, _ := openai.Unquote(f.Value(c))
 		return s
@@ -479,15 +476,12 @@ func (x *exchange) dropBody(usageValue []byte) {
 // inspectChoice reads the first choice's finish reason and whether it carries generated content
 // (delta content, reasoning or tool-call fragments, or a completion's text).
 func (r *relayState) inspectChoice(choices []byte) {
-	c, ok := openai.First(choices)
-	if !ok {
-		return
-	}
+	// The first choice's members, read from the array's text up to the end of that choice, and
+	// the delta's: both were validated with the whole chunk. Members does not look for duplicate
+	// keys; of a key written twice, the first counts.
+	c, _ := openai.InArray(choices)
 	var fields [8]openai.Field
-	fs, err := openai.ParseObject(fields[:0], c)
-	if err != nil {
-		return
-	}
+	fs := openai.Members(fields[:0], c)
 	if f, ok := openai.Lookup(c, fs, "finish_reason"); ok {
 		if s, ok := openai.Unquote(f.Value(c)); ok {
 			r.x.meter.finish = s
@@ -503,10 +497,7 @@ func (r *relayState) inspectChoice(choices []byte) {
 	}
 	d := df.Value(c)
 	var dfields [8]openai.Field
-	ds, err := openai.ParseObject(dfields[:0], d)
-	if err != nil {
-		return
-	}
+	ds := openai.Members(dfields[:0], d)
 	for _, k := range [...]string{"content", "reasoning_content", "reasoning", "tool_calls"} {
 		if f, ok := openai.Lookup(d, ds, k); ok {
 			v := f.Value(d)

@@ -106,6 +106,9 @@ func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
 	plain := plainString(key)
 	for i := range fields {
 		k := raw[fields[i].KeyStart+1 : fields[i].KeyEnd-1]
+		if plain && len(k) > 0 && len(key) > 0 && k[0] != key[0] && selfChar(k[0]) {
+			continue // they differ in their first character
+		}
 		if plain && len(k) <= len(key) {
 			// Escapes make a key shorter than it is written, and other text does not decode to
 			// ASCII: a key written no longer than an ASCII key without backslashes is equal to
@@ -186,6 +189,9 @@ func Rewrite(dst, raw []byte, fields []Field, edits ...Edit) []byte {
 func editFor(raw []byte, f Field, edits []Edit) ([]byte, bool) {
 	key := raw[f.KeyStart+1 : f.KeyEnd-1]
 	for k := len(edits) - 1; k >= 0; k-- {
+		if e := edits[k].Key; len(key) > 0 && len(e) > 0 && key[0] != e[0] && selfChar(key[0]) && selfChar(e[0]) {
+			continue // they differ in their first character
+		}
 		if equalsString(key, edits[k].Key) {
 			return edits[k].Value, true
 		}
@@ -251,25 +257,6 @@ func Unquote(v []byte) (string, bool) {
 		return "", false
 	}
 	return unquote(v[1 : len(v)-1]), true
-}
-
-// First returns the first element of the JSON array v, without looking at the others: for an
-// array already validated (a value of an object ParseObject accepted). ok is false when v is not
-// an array, is empty, or its first element is not valid JSON.
-func First(v []byte) (elem []byte, ok bool) {
-	i := skipSpace(v, 0)
-	if i >= len(v) || v[i] != '[' {
-		return nil, false
-	}
-	i = skipSpace(v, i+1)
-	if i >= len(v) || v[i] == ']' {
-		return nil, false
-	}
-	end, err := scanValue(v, i, 1)
-	if err != nil {
-		return nil, false
-	}
-	return v[i:end], true
 }
 
 // Elements returns, appended to dst[:0], the start and end offsets in v of each element of the JSON

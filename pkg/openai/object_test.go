@@ -495,25 +495,3 @@ func TestScanStringEveryPosition(t *testing.T) {
 		}
 	}
 }
-
-func TestFirst(t *testing.T) {
-	for _, tc := range []struct {
-		in, want string
-		ok       bool
-	}{
-		{`[{"index":0,"delta":{}},{"index":1}]`, `{"index":0,"delta":{}}`, true},
-		{" [ 1 , 2 ] ", `1`, true},
-		{`["a\"]",[]]`, `"a\"]"`, true},
-		{`[]`, ``, false},
-		{` [ ] `, ``, false},
-		{`{}`, ``, false},
-		{`[`, ``, false},
-		{`[nul]`, ``, false},
-		{``, ``, false},
-	} {
-		got, ok := First([]byte(tc.in))
-		if string(got) != tc.want || ok != tc.ok {
-			t.Errorf("First(%q) = %q, %v; want %q, %v", tc.in, got, ok, tc.want, tc.ok)
-		}
-	}
-}
