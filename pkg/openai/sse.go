@@ -82,8 +82,12 @@ func NewDecoderSize(r io.Reader, maxEvent int) *Decoder {
 // a burst of events then costs one write to the client, and no event ever waits for a later one.
 func (d *Decoder) Pending() bool {
 	b := d.buffered()
-	// A blank line is two line ends in a row: LF LF, LF CR (CR or CRLF after LF), or CR CR.
-	return bytes.Contains(b, []byte("\n\n")) || bytes.Contains(b, []byte("\n\r")) || bytes.Contains(b, []byte("\r\r"))
+	// A blank line is two line ends in a row: LF LF, LF CR (CR or CRLF after LF), or CR CR. The
+	// last two need a CR, which most servers never send.
+	if bytes.Contains(b, []byte("\n\n")) {
+		return true
+	}
+	return bytes.IndexByte(b, '\r') >= 0 && (bytes.Contains(b, []byte("\n\r")) || bytes.Contains(b, []byte("\r\r")))
 }
 
 // Truncated reports whether the input ended inside an event rather than after the blank line that

@@ -312,7 +312,8 @@ func BenchmarkAdmitSettleParallel(b *testing.B) {
 		opt  sqlite.Options
 	}{
 		{"plain", sqlite.Options{}},
-		{"gateway", sqlite.Options{OwnSlots: true, CommitWindow: time.Millisecond, FoldAtSettlement: true}},
+		// As pkg/config opens the local gateway's store.
+		{"gateway", sqlite.Options{OwnSlots: true, CommitWindow: 5 * time.Millisecond, FoldAtSettlement: true}},
 	} {
 		for _, goroutines := range []int{8, 32} {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", cfg.name, goroutines), func(b *testing.B) {
