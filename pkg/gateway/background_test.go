@@ -50,7 +50,13 @@ func TestSettleInBackground(t *testing.T) {
 	if err := h.gw.Drain(ctx); err != nil {
 		t.Fatal(err)
 	}
-	for _, id := range ids {
+	for i, id := range ids {
+		// The first two handlers had returned, and handed over their settlements, before the
+		// connection read the next request. The last one's may have returned just after the
+		// client had its answer and Drain had begun.
+		if i == len(ids)-1 {
+			h.waitEvent("org_bg", id)
+		}
 		ev, err := h.store.Generation(context.Background(), "org_bg", id)
 		if err != nil || ev.Cost.String() != "0.000001155" {
 			t.Errorf("%s after Drain: %v, cost %s", id, err, ev.Cost)
@@ -58,6 +64,37 @@ func TestSettleInBackground(t *testing.T) {
 	}
 	if got := h.balance("org_bg").String(); got != "0.999996535" {
 		t.Errorf("balance %s, want 1 − 3 × 0.000001155", got)
+	}
+}
+
+// TestSettlerReused: a settlement that ends while a settler is idle goes to that settler, which
+// settles it as a new one would.
+func TestSettlerReused(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, config{gateway: func(o *Options) { o.SettleInBackground = true }})
+	key, _ := h.newOrg("org_reuse", "1", 8)
+	for i := range 5 {
+		r := h.do(req{path: "/v1/chat/completions", body: chatBody("gpt-oss-120b", "one two three four five six seven eight nine", `"max_tokens":12`), key: key})
+		if r.status != 200 {
+			t.Fatalf("request %d: %d", i, r.status)
+		}
+		// Settled (the response ends before end hands the settlement over), then the
+		// settler's work is done.
+		h.waitEvent("org_reuse", r.genID())
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := h.gw.Drain(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Drain returns once the count is down, a moment before the settler waits again: the
+	// next settlement may find it busy and start another.
+	if n := h.gw.settlers.Load(); n < 1 || n > 3 {
+		t.Errorf("%d settlers started for 5 settlements one after another, want 1 or a few", n)
+	}
+	if got := h.balance("org_reuse").String(); got != "0.999994225" {
+		t.Errorf("balance %s, want 1 − 5 × 0.000001155", got)
 	}
 }
 
