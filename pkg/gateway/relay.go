@@ -107,7 +107,7 @@ func firstFinishReason(choices []byte) string {
 	}
 	var buf [8]openai.Field
 	fields := openai.Members(buf[:0], c) // validated with the whole answer
-	if f, ok := openai.Lookup(c, fields, "finish_reason"); ok {
+	if f, ok := openai.LookupLast(c, fields, "finish_reason"); ok {
 		s, _ := openai.Unquote(f.Value(c))
 		return s
 	}
@@ -477,21 +477,21 @@ func (x *exchange) dropBody(usageValue []byte) {
 // (delta content, reasoning or tool-call fragments, or a completion's text).
 func (r *relayState) inspectChoice(choices []byte) {
 	// The first choice's members, read from the array's text up to the end of that choice, and
-	// the delta's: both were validated with the whole chunk. Members does not look for duplicate
-	// keys; of a key written twice, the first counts.
+	// the delta's: both were validated with the whole chunk. Of a key written twice, the last
+	// counts, as in what the client's JSON parser makes of the chunk.
 	c, _ := openai.InArray(choices)
 	var fields [8]openai.Field
 	fs := openai.Members(fields[:0], c)
-	if f, ok := openai.Lookup(c, fs, "finish_reason"); ok {
+	if f, ok := openai.LookupLast(c, fs, "finish_reason"); ok {
 		if s, ok := openai.Unquote(f.Value(c)); ok {
 			r.x.meter.finish = s
 		}
 	}
-	if f, ok := openai.Lookup(c, fs, "text"); ok && len(f.Value(c)) > 2 {
+	if f, ok := openai.LookupLast(c, fs, "text"); ok && len(f.Value(c)) > 2 {
 		r.content = true
 		return
 	}
-	df, ok := openai.Lookup(c, fs, "delta")
+	df, ok := openai.LookupLast(c, fs, "delta")
 	if !ok {
 		return
 	}
@@ -499,7 +499,7 @@ func (r *relayState) inspectChoice(choices []byte) {
 	var dfields [8]openai.Field
 	ds := openai.Members(dfields[:0], d)
 	for _, k := range [...]string{"content", "reasoning_content", "reasoning", "tool_calls"} {
-		if f, ok := openai.Lookup(d, ds, k); ok {
+		if f, ok := openai.LookupLast(d, ds, k); ok {
 			v := f.Value(d)
 			if !openai.IsNull(v) && len(v) > 2 { // not null, "" or []
 				r.content = true

@@ -105,24 +105,38 @@ func duplicate(raw []byte, f Field) error {
 func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
 	plain := plainString(key)
 	for i := range fields {
-		k := raw[fields[i].KeyStart+1 : fields[i].KeyEnd-1]
-		if plain && len(k) > 0 && len(key) > 0 && k[0] != key[0] && selfChar(k[0]) {
-			continue // they differ in their first character
-		}
-		if plain && len(k) <= len(key) {
-			// Escapes make a key shorter than it is written, and other text does not decode to
-			// ASCII: a key written no longer than an ASCII key without backslashes is equal to
-			// it only byte for byte.
-			if string(k) == key {
-				return fields[i], true
-			}
-			continue
-		}
-		if equalsString(k, key) {
+		if named(raw, fields[i], key, plain) {
 			return fields[i], true
 		}
 	}
 	return Field{}, false
+}
+
+// LookupLast is Lookup for members from Members, which may name a key twice: it returns the last
+// member of that name, the one that JavaScript's JSON.parse, Python's json and encoding/json keep.
+func LookupLast(raw []byte, fields []Field, key string) (Field, bool) {
+	plain := plainString(key)
+	for i := len(fields) - 1; i >= 0; i-- {
+		if named(raw, fields[i], key, plain) {
+			return fields[i], true
+		}
+	}
+	return Field{}, false
+}
+
+// named reports whether f's key decodes to key; plain is plainString(key).
+func named(raw []byte, f Field, key string, plain bool) bool {
+	k := raw[f.KeyStart+1 : f.KeyEnd-1]
+	if plain && len(k) > 0 && len(key) > 0 && k[0] != key[0] && selfChar(k[0]) {
+		return false // they differ in their first character
+	}
+	if plain && len(k) <= len(key) {
+		// Escapes make a key shorter than it is written, and other text does not decode to
+		// ASCII: a key written no longer than an ASCII key without backslashes is equal to it
+		// only byte for byte.
+		return string(k) == key
+	}
+	return equalsString(k, key)
 }
 
 // Edit is a change Rewrite makes to one member: Value (a valid JSON value) replaces the member's

@@ -2,8 +2,9 @@ package openai
 
 // The functions here read JSON that has already been validated: a value inside a text that
 // ParseObject accepted. They check nothing, and only find where members, strings and containers
-// end, which takes a fraction of validating them again. Given other text they return something
-// without panicking, but what is unspecified.
+// end, which takes a fraction of validating them again. Given other text Members, InArray and
+// skipValid return something without panicking, but what is unspecified, and Lookup or Key may
+// panic on the fields Members returned from it.
 
 // skipValidString returns the offset just past the string that starts at b[i] == '"'.
 func skipValidString(b []byte, i int) int {
@@ -50,7 +51,8 @@ func skipValid(b []byte, i int) int {
 
 // Members returns, appended to dst[:0], the members of the object v, which must be valid: an
 // object within a text that ParseObject accepted. Unlike ParseObject it neither validates nor
-// looks for duplicate keys; Lookup on its result finds the first member of a name.
+// looks for duplicate keys: LookupLast finds, of a key written twice, the member that JSON
+// parsers keep.
 func Members(dst []Field, v []byte) []Field {
 	dst = dst[:0]
 	i := skipSpace(v, 0)

@@ -99,3 +99,20 @@ func TestInArray(t *testing.T) {
 		t.Errorf("Members of the first element of %s: %v", raw, fs)
 	}
 }
+
+func TestLookupLast(t *testing.T) {
+	raw := []byte(`{"a":1,"b":2,"\u0061":3,"c":4}`)
+	fields := Members(nil, raw)
+	if f, ok := LookupLast(raw, fields, "a"); !ok || string(f.Value(raw)) != "3" {
+		t.Errorf(`LookupLast "a" = %q, %v; want the last, 3`, f.Value(raw), ok)
+	}
+	if f, ok := Lookup(raw, fields, "a"); !ok || string(f.Value(raw)) != "1" {
+		t.Errorf(`Lookup "a" = %q, %v; want the first, 1`, f.Value(raw), ok)
+	}
+	if f, ok := LookupLast(raw, fields, "b"); !ok || string(f.Value(raw)) != "2" {
+		t.Errorf(`LookupLast "b" = %q, %v`, f.Value(raw), ok)
+	}
+	if _, ok := LookupLast(raw, fields, "d"); ok {
+		t.Error(`LookupLast "d" found a member`)
+	}
+}
