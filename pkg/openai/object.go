@@ -105,6 +105,9 @@ func duplicate(raw []byte, f Field) error {
 func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
 	plain := plainString(key)
 	for i := range fields {
+		if plain && len(key) > 0 && differFirst(raw, fields[i], key) {
+			continue
+		}
 		if named(raw, fields[i], key, plain) {
 			return fields[i], true
 		}
@@ -117,11 +120,22 @@ func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
 func LookupLast(raw []byte, fields []Field, key string) (Field, bool) {
 	plain := plainString(key)
 	for i := len(fields) - 1; i >= 0; i-- {
+		if plain && len(key) > 0 && differFirst(raw, fields[i], key) {
+			continue
+		}
 		if named(raw, fields[i], key, plain) {
 			return fields[i], true
 		}
 	}
 	return Field{}, false
+}
+
+// differFirst reports that f's key, as written, starts with a character that stands for itself
+// and is not key's first (a non-empty plain key): the two differ. An empty key's first byte
+// is its closing quote, which stands for itself. Inlined, it spares most members a call.
+func differFirst(raw []byte, f Field, key string) bool {
+	c := raw[f.KeyStart+1]
+	return c != key[0] && selfChar(c)
 }
 
 // named reports whether f's key decodes to key; plain is plainString(key).
