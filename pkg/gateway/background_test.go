@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -90,11 +91,70 @@ func TestSettlerReused(t *testing.T) {
 	}
 	// Drain returns once the count is down, a moment before the settler waits again: the
 	// next settlement may find it busy and start another.
-	if n := h.gw.settlers.Load(); n < 1 || n > 3 {
+	if n := h.gw.settlers.started.Load(); n < 1 || n > 3 {
 		t.Errorf("%d settlers started for 5 settlements one after another, want 1 or a few", n)
 	}
 	if got := h.balance("org_reuse").String(); got != "0.999994225" {
 		t.Errorf("balance %s, want 1 − 5 × 0.000001155", got)
+	}
+}
+
+// togglableSettle delays settlements while delay is set.
+type togglableSettle struct {
+	store.Gateway
+	delay *atomic.Int64 // nanoseconds
+}
+
+func (s togglableSettle) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
+	time.Sleep(time.Duration(s.delay.Load()))
+	return s.Gateway.Settle(ctx, st)
+}
+
+// TestSettlersShrinkAfterABurst: settlers started by a burst exit once steady work no longer needs
+// them, although it keeps coming more often than they time out.
+func TestSettlersShrinkAfterABurst(t *testing.T) {
+	t.Parallel()
+	delay := new(atomic.Int64)
+	h := newHarness(t, config{
+		gateway:   func(o *Options) { o.SettleInBackground = true },
+		wrapStore: func(s store.Gateway) store.Gateway { return togglableSettle{s, delay} },
+	})
+	h.gw.settlers.idleFor = 300 * time.Millisecond
+	key, _ := h.newOrg("org_burst", "1", 16)
+	body := chatBody("gpt-oss-120b", "one two three four five six seven eight nine", `"max_tokens":12`)
+
+	// A burst: eight slow settlements at once need eight settlers.
+	delay.Store(int64(200 * time.Millisecond))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if r := h.do(req{path: "/v1/chat/completions", body: body, key: key}); r.status != 200 {
+				t.Errorf("burst: %d", r.status)
+			}
+		})
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.gw.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.gw.settlers.live.Load(); n < 8 {
+		t.Fatalf("%d settlers after a burst of 8 slow settlements", n)
+	}
+
+	// Then quick settlements, one after another, for three idle periods: each of the eight
+	// would get one well within 300 ms if they took turns.
+	delay.Store(0)
+	for end := time.Now().Add(3 * h.gw.settlers.idleFor); time.Now().Before(end); {
+		r := h.do(req{path: "/v1/chat/completions", body: body, key: key})
+		if r.status != 200 {
+			t.Fatalf("steady: %d", r.status)
+		}
+		h.waitEvent("org_burst", r.genID())
+	}
+	if n := h.gw.settlers.live.Load(); n > 3 {
+		t.Errorf("%d settlers still running for one settlement at a time", n)
 	}
 }
 

@@ -61,10 +61,9 @@ type Gateway struct {
 	maint      *maintenanceCache
 	modelsList []byte
 	modelByID  map[string][]byte
-	settling   atomic.Int64   // settlements running in the background
-	settleQ    chan *exchange // hands a settlement to an idle settler (infer.go)
-	settlers   atomic.Int64   // settlers started
-	unsettled  sync.Map       // generation id → *pending, from admission to the end of settlement
+	settling   atomic.Int64 // settlements running in the background
+	settlers   settlers     // run background settlements
+	unsettled  sync.Map     // generation id → *pending, from admission to the end of settlement
 }
 
 // New builds a Gateway.
@@ -98,11 +97,11 @@ func New(opt Options) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{
-		opt:     opt,
-		log:     log,
-		keys:    newKeyCache(opt.Store, opt.CacheTTL),
-		maint:   &maintenanceCache{store: opt.Store, ttl: opt.CacheTTL},
-		settleQ: make(chan *exchange),
+		opt:      opt,
+		log:      log,
+		keys:     newKeyCache(opt.Store, opt.CacheTTL),
+		maint:    &maintenanceCache{store: opt.Store, ttl: opt.CacheTTL},
+		settlers: settlers{idleFor: settlerIdle},
 	}
 	g.modelsList, g.modelByID = renderModels(opt.Catalog)
 	return g, nil

@@ -127,35 +127,7 @@ func (x *exchange) end() {
 		return
 	}
 	g.settling.Add(1)
-	select {
-	case g.settleQ <- x: // an idle settler takes it
-	default:
-		g.settlers.Add(1)
-		go g.settler(x)
-	}
-}
-
-// settlerIdle is how long a settler waits for more work before it exits.
-const settlerIdle = 10 * time.Second
-
-// settler settles x in the background, then whatever end hands it while it is idle, until it has
-// been idle for settlerIdle. A settler outlives one request so that settlements run on a stack
-// already grown to what they need: a new goroutine starts on a smaller one, and growing it (a
-// copy of the stack) was 2 % of the gateway's CPU under load.
-func (g *Gateway) settler(x *exchange) {
-	idle := time.NewTimer(settlerIdle)
-	defer idle.Stop()
-	for {
-		x.settle(x.reqCtx)
-		x = nil // not kept while idle
-		g.settling.Add(-1)
-		idle.Reset(settlerIdle)
-		select {
-		case x = <-g.settleQ:
-		case <-idle.C:
-			return
-		}
-	}
+	g.settlers.run(x)
 }
 
 // validate runs the endpoint checks, step 7, and reports whether the request may be forwarded;
