@@ -95,12 +95,12 @@ func Run(cfg Config) (*Results, error) {
 	defer st.proxy.stop()
 	all := watch{"gateway": st.gw.pid(), "simulator": st.sim.pid(), "bareproxy": st.proxy.pid()}
 
-	// Sanity: each kind of request through every target, whole; through the bare proxy, only the
-	// non-streamed one it is measured on.
+	// Sanity: each kind of request through every target, whole; through the bare proxy, those
+	// it is measured on: non-streamed, and streams (the memory phase's).
 	for _, t := range []target{st.direct, st.gateway, st.bare} {
 		kinds := []requestKind{nonStreaming, shortStream, longStream}
 		if t.name == st.bare.name {
-			kinds = kinds[:1]
+			kinds = kinds[:2]
 		}
 		for _, k := range kinds {
 			c := newClient(1)

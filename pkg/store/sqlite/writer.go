@@ -101,9 +101,10 @@ func (s *Store) enqueue(ctx context.Context, op *writeOp) error {
 // writeLoop is the writer goroutine: it applies queued writes in batches, one transaction per
 // batch, until Close closes the queue and everything queued has been applied.
 //
-// A batch is whatever is waiting when the last commit ends, so a lone write commits at once and
-// writes that arrive while a commit is under way share the next one: under load, one commit (and
-// one WAL append of each page touched) serves many requests.
+// A batch is whatever is waiting when the last commit ends, and writes that arrive while a commit
+// is under way share the next one: under load, one commit (and one WAL append of each page
+// touched) serves many requests. Without a commit window a lone write commits at once; with one
+// (Options.CommitWindow), the writer first waits that long for more, or until the batch is full.
 func (s *Store) writeLoop() {
 	defer close(s.stopped)
 	batch := make([]*writeOp, 0, maxBatch)

@@ -52,7 +52,7 @@ func run() error {
 		},
 		// Without a pool each request allocates a 32 KiB copy buffer; any proxy tuned for
 		// throughput reuses them. An open stream holds its buffer while it waits, so they are
-		// the gateway's read buffer's 4 KiB, which holds any model server's event.
+		// the size the gateway reads a backend with, 4 KiB; larger events are copied in pieces.
 		BufferPool: &bufferPool{},
 	}
 	fmt.Printf("listening on http://%s/v1\n", ln.Addr())
