@@ -60,34 +60,27 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 		// store delays to share it; see Options.CommitWindow).
 		s.slots.release(e.OrgID, st.Lease.HolderID)
 	}
+	var delta *usage.Delta
+	if s.opt.FoldAtSettlement {
+		d := usage.DeltaOf(e)
+		delta = &d
+	}
 	return s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		// The debit comes first and only when the generation was not settled, so that every
-		// refusal comes before any change.
-		res, err := s.stmt(ctx, tx, s.st.settleDebit).ExecContext(ctx, int64(e.Cost), e.OrgID, e.GenerationID)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			err := orgExists(ctx, tx, e.OrgID)
-			if err == nil {
-				return refuse(errApplied)
-			}
-			if errors.Is(err, store.ErrNotFound) {
-				return refuse(err)
-			}
-			return err
-		}
-		res, err = s.stmt(ctx, tx, s.st.settleUsage).ExecContext(ctx,
+		// The usage row comes first: where it is already there, or the organization is not,
+		// the settlement is refused having changed nothing.
+		res, err := s.stmt(ctx, tx, s.st.settleUsage).ExecContext(ctx,
 			e.OrgID, e.GenerationID, e.Version, e.KeyID, e.Model, e.Endpoint, e.Stream, string(e.Status),
 			e.HTTPStatus, e.FinishReason, e.PromptTokens, e.CachedTokens, e.CompletionTokens, int64(e.Cost),
 			e.Estimated, started, e.TTFTMillis, e.DurationMillis, e.Backend, unpublished, s.opt.FoldAtSettlement)
 		if err != nil {
+			// Its foreign key: an unknown organization fails the insert, which changed nothing.
+			if errors.Is(orgExists(ctx, tx, e.OrgID), store.ErrNotFound) {
+				return refuse(store.ErrNotFound)
+			}
 			return err
 		}
-		if n, _ := res.RowsAffected(); n != 1 {
-			// Cannot happen in this transaction after the debit's check; not a refusal, so
-			// that the debit is undone.
-			return fmt.Errorf("usage row of %s: %d rows inserted", e.GenerationID, n)
+		if n, _ := res.RowsAffected(); n == 0 {
+			return refuse(errApplied)
 		}
 		if st.Lease.HolderID != "" && s.slots == nil {
 			if _, err := s.stmt(ctx, tx, s.st.settleRelease).ExecContext(ctx, e.OrgID, st.Lease.HolderID); err != nil {
@@ -99,12 +92,10 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 				return err
 			}
 		}
-		if !s.opt.FoldAtSettlement {
-			return nil
-		}
-		// Folded once: the usage row, inserted just now, is the marker (its folded column),
-		// which a later Fold of the same event finds.
-		return s.addToDay(ctx, tx, usage.DeltaOf(e))
+		// The debit, and when folded here (the usage row, inserted just now with its folded
+		// column set, is the marker that a later Fold of the same event finds) the roll-up,
+		// are written with the batch's others before it commits (sums.go).
+		return s.sums.add(e.OrgID, e.Cost, delta)
 	})
 }
 

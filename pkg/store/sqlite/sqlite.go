@@ -59,6 +59,7 @@ type Store struct {
 	stopped chan struct{}           // closed when the writer goroutine has ended
 	boundTx *sql.Tx                 // the writer's transaction that bound holds statements of
 	bound   map[*sql.Stmt]*sql.Stmt // prepared statement → bound to boundTx (Store.stmt)
+	sums    batchSums               // the writer's batch: its settlements' debits and roll-ups (sums.go)
 	mu      sync.RWMutex            // guards closed against sends on ops
 	closed  bool
 
@@ -100,7 +101,7 @@ func OpenWith(dir string, opt Options) (*Store, error) {
 		// The driver reads everything after '?' as connection parameters.
 		return nil, fmt.Errorf("open store %s: path must not contain '?'", dir)
 	}
-	s := &Store{path: path, opt: opt, bound: map[*sql.Stmt]*sql.Stmt{}}
+	s := &Store{path: path, opt: opt, bound: map[*sql.Stmt]*sql.Stmt{}, sums: newBatchSums()}
 	if err := s.open(); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)

@@ -175,10 +175,29 @@ func TestCancelQueued(t *testing.T) {
 
 // TestBatchFailure: writes that share a transaction do not share a failure. A settlement that
 // fails on a constraint (its generation id is already a ledger entry's) is refused alone, while
-// the settlements, refusals and replays around it apply exactly once.
+// the settlements, refusals and replays around it apply exactly once, on a store opened as
+// kilnctl's is and on one opened as the gateway's is, whose batches also sum their debits and
+// roll-ups.
 func TestBatchFailure(t *testing.T) {
-	s := open(t, t.TempDir())
-	defer s.Close()
+	for _, cfg := range []struct {
+		name string
+		opt  sqlite.Options
+	}{
+		{"plain", sqlite.Options{}},
+		{"gateway", sqlite.Options{OwnSlots: true, CommitWindow: 5 * time.Millisecond, FoldAtSettlement: true}},
+	} {
+		t.Run(cfg.name, func(t *testing.T) {
+			s, err := sqlite.OpenWith(t.TempDir(), cfg.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			testBatchFailure(t, s, cfg.opt.FoldAtSettlement)
+		})
+	}
+}
+
+func testBatchFailure(t *testing.T, s *sqlite.Store, folded bool) {
 	ctx := t.Context()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	if err := s.CreateOrg(ctx, store.Org{ID: "org-a", Name: "A", MaxInFlight: 1000, CreatedAt: now}); err != nil {
@@ -255,6 +274,14 @@ func TestBatchFailure(t *testing.T) {
 	}
 	if leases, err := s.InFlight(ctx, "org-a", now); err != nil || len(leases) != n/8 {
 		t.Errorf("InFlight = %+v, %v; want the %d gen-dup holders", leases, err, n/8)
+	}
+	if !folded {
+		return
+	}
+	day := now.Format(time.DateOnly)
+	rollups, err := s.DailyRollups(ctx, "org-a", day, day)
+	if err != nil || len(rollups) != 1 || rollups[0].Requests != applied.Load() || rollups[0].Cost != money.Amount(applied.Load())*cost {
+		t.Errorf("DailyRollups = %+v, %v; want %d requests costing %s", rollups, err, applied.Load(), money.Amount(applied.Load())*cost)
 	}
 }
 

@@ -27,7 +27,7 @@ type statements struct {
 	settleRelease *sql.Stmt
 	settleUsage   *sql.Stmt
 	settleLedger  *sql.Stmt
-	settleDebit   *sql.Stmt
+	debit         *sql.Stmt
 
 	foldMark      *sql.Stmt
 	foldDay       *sql.Stmt
@@ -75,8 +75,7 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
 		{w, &st.settleLedger, `INSERT INTO ledger (org_id, id, kind, amount, note, at)
 			VALUES (?, ?, 'debit', ?, ?, ?)`},
-		{w, &st.settleDebit, `UPDATE orgs SET balance = balance - ?1 WHERE id = ?2
-			AND NOT EXISTS (SELECT 1 FROM usage WHERE org_id = ?2 AND generation_id = ?3)`},
+		{w, &st.debit, `UPDATE orgs SET balance = balance - ? WHERE id = ?`},
 
 		// No marker, and nothing to fold, for an event its settlement folded.
 		{w, &st.foldMark, `INSERT INTO rollup_marks (org_id, generation_id, day) SELECT ?1, ?2, ?3
@@ -113,7 +112,7 @@ func (st *statements) close() error {
 		st.authenticate, st.org, st.generation, st.maintenance, st.admitOrg,
 		st.savepoint, st.rollbackTo, st.release,
 		st.admitCheck, st.admitPurge, st.admitInsert, st.renew,
-		st.settleRelease, st.settleUsage, st.settleLedger, st.settleDebit,
+		st.settleRelease, st.settleUsage, st.settleLedger, st.debit,
 		st.foldMark, st.foldDay, st.markPublished,
 		st.mirrorClear, st.mirrorInsert,
 	} {

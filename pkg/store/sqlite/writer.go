@@ -206,6 +206,7 @@ func (s *Store) try(batch []*writeOp, m mode) (again bool, err error) {
 		take(batch)
 		return false, err
 	}
+	s.sums.reset()
 	taken, failed := 0, false
 	for _, op := range batch {
 		if op.final || !op.take() {
@@ -236,6 +237,10 @@ func (s *Store) try(batch []*writeOp, m mode) (again bool, err error) {
 	if taken == 0 || failed {
 		tx.Rollback()
 		return false, nil
+	}
+	if err := s.writeSums(ctx, tx); err != nil {
+		tx.Rollback()
+		return false, err
 	}
 	if err := tx.Commit(); err != nil {
 		return false, err
