@@ -92,10 +92,21 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 				return err
 			}
 		}
-		// The debit, and when folded here (the usage row, inserted just now with its folded
-		// column set, is the marker that a later Fold of the same event finds) the roll-up,
-		// are written with the batch's others before it commits (sums.go).
-		return s.sums.add(e.OrgID, e.Cost, delta)
+		// The debit, and when folded here the roll-up (the usage row, inserted just now with
+		// its folded column set, is the marker that a later Fold of the same event finds):
+		// written with the batch's others before it commits (sums.go), or here.
+		if s.summing() {
+			return s.sums.add(e.OrgID, e.Cost, delta)
+		}
+		if e.Cost != 0 {
+			if _, err := s.stmt(ctx, tx, s.st.debit).ExecContext(ctx, int64(e.Cost), e.OrgID); err != nil {
+				return err
+			}
+		}
+		if delta != nil {
+			return s.addToDay(ctx, tx, *delta)
+		}
+		return nil
 	})
 }
 

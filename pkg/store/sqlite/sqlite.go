@@ -60,8 +60,10 @@ type Store struct {
 	boundTx *sql.Tx                 // the writer's transaction that bound holds statements of
 	bound   map[*sql.Stmt]*sql.Stmt // prepared statement → bound to boundTx (Store.stmt)
 	sums    batchSums               // the writer's batch: its settlements' debits and roll-ups (sums.go)
-	mu      sync.RWMutex            // guards closed against sends on ops
-	closed  bool
+	// inlineSums: the batch runs again with each settlement writing its debit and roll-up.
+	inlineSums bool
+	mu         sync.RWMutex // guards closed against sends on ops
+	closed     bool
 
 	closeOnce sync.Once
 	closeErr  error

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -580,5 +581,90 @@ func TestCloseTwice(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Errorf("second Close: %v", err)
 		}
+	}
+}
+
+// settleCost settles a completed generation of cost, with no lease.
+func settleCost(t *testing.T, s *sqlite.Store, orgID, gen string, cost money.Amount, now time.Time) error {
+	_, err := s.Settle(t.Context(), store.Settlement{Now: now, Event: usage.Event{Version: usage.SchemaVersion,
+		GenerationID: gen, OrgID: orgID, Model: "m", Status: usage.StatusCompleted, Cost: cost, StartedAt: now}})
+	return err
+}
+
+// TestBatchSumOverflow: a settlement whose debit overflows its organization's balance fails alone,
+// although the gateway's store writes the debits of a batch's settlements together.
+func TestBatchSumOverflow(t *testing.T) {
+	s, err := sqlite.OpenWith(t.TempDir(), sqlite.Options{OwnSlots: true, CommitWindow: 200 * time.Millisecond, FoldAtSettlement: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	for _, id := range []string{"org-a", "org-b"} {
+		if err := s.CreateOrg(ctx, store.Org{ID: id, Name: id, MaxInFlight: 10, CreatedAt: now}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// org-a's balance is the lowest an int64 of picodollars holds, but one.
+	if err := settleCost(t, s, "org-a", "gen-0", money.Amount(math.MaxInt64), now); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var errA, errB, errTop error
+	wg.Go(func() { errA = settleCost(t, s, "org-a", "gen-1", money.Dollar, now) })
+	time.Sleep(20 * time.Millisecond) // in the same batch, after it
+	wg.Go(func() { errB = settleCost(t, s, "org-b", "gen-2", 10, now) })
+	wg.Go(func() {
+		errTop = s.AddEntry(ctx, store.LedgerEntry{ID: "top", OrgID: "org-b", Kind: store.EntryTopUp, Amount: 100, At: now})
+	})
+	wg.Wait()
+	if errA == nil {
+		t.Error("a settlement beyond the balance's range succeeded")
+	}
+	if errB != nil || errTop != nil {
+		t.Errorf("the batch's other writes failed with it: settlement %v, top-up %v", errB, errTop)
+	}
+	if o, err := s.Org(ctx, "org-b"); err != nil || o.Balance != 90 {
+		t.Errorf("org-b: %+v, %v; want a balance of 90", o, err)
+	}
+	if _, err := s.Generation(ctx, "org-a", "gen-1"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the failed settlement's usage row: %v, want none", err)
+	}
+}
+
+// TestAdmitAfterSettleInOneBatch: without OwnSlots, admission reads the balance in the write
+// transaction; a settlement before it in the same batch, which frees the slot, has debited it too.
+func TestAdmitAfterSettleInOneBatch(t *testing.T) {
+	s, err := sqlite.OpenWith(t.TempDir(), sqlite.Options{CommitWindow: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	if err := s.CreateOrg(ctx, store.Org{ID: "org-a", Name: "A", MaxInFlight: 1, CreatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddEntry(ctx, store.LedgerEntry{ID: "top", OrgID: "org-a", Kind: store.EntryTopUp, Amount: 10, At: now}); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := s.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: "h1", Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		if _, err := s.Settle(ctx, store.Settlement{Lease: lease, Now: now, Event: usage.Event{Version: usage.SchemaVersion,
+			GenerationID: "h1", OrgID: "org-a", Model: "m", Status: usage.StatusCompleted, Cost: 10, StartedAt: now}}); err != nil {
+			t.Error(err)
+		}
+	})
+	time.Sleep(20 * time.Millisecond) // in the same batch, after it
+	_, err = s.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: "h2", Now: now})
+	wg.Wait()
+	// Settled first, the balance is 0; admitted first, the slot is taken. Either way, refused.
+	if !errors.Is(err, store.ErrInsufficientCredits) && !errors.Is(err, store.ErrSlotsFull) {
+		t.Errorf("Admit after a settlement that spent the balance: %v", err)
 	}
 }

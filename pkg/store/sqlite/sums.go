@@ -14,6 +14,12 @@ import (
 // before the batch commits: under load that is a few statements for dozens of settlements
 // instead of two for each. Only the writer goroutine touches them, and try clears them before
 // every run of a batch, so that a batch run again cautiously adds up only what it applies.
+//
+// Only a store that owns its slots sums (see summing): there no write reads a balance, which
+// would miss the debits of the batch's settlements before it, while admission in a store
+// without reads it in the write transaction, where a settlement has already freed its slot.
+// Should writing the sums fail (a total beyond an int64), the batch runs again cautiously with
+// every settlement writing its own, so that only the one that overflows fails.
 type batchSums struct {
 	debits map[string]money.Amount
 	days   map[dayKey]usage.Totals
@@ -52,6 +58,10 @@ func (b *batchSums) add(orgID string, cost money.Amount, d *usage.Delta) error {
 	}
 	return nil
 }
+
+// summing reports whether settlements add their debits and roll-ups to the batch's sums rather
+// than write them.
+func (s *Store) summing() bool { return s.slots != nil && !s.inlineSums }
 
 // writeSums writes the batch's sums in tx.
 func (s *Store) writeSums(ctx context.Context, tx *sql.Tx) error {

@@ -176,6 +176,7 @@ func (s *Store) apply(batch []*writeOp) {
 	if live == 1 {
 		m = lone
 	}
+	s.inlineSums = false
 	for {
 		again, err := s.try(batch, m)
 		if again {
@@ -239,8 +240,14 @@ func (s *Store) try(batch []*writeOp, m mode) (again bool, err error) {
 		return false, nil
 	}
 	if err := s.writeSums(ctx, tx); err != nil {
+		// A sum beyond what a column holds: run the batch again with every settlement
+		// writing its own, so that the failure is the failing settlement's alone.
 		tx.Rollback()
-		return false, err
+		if s.inlineSums {
+			return false, err // cannot happen: nothing was summed
+		}
+		s.inlineSums = true
+		return true, nil
 	}
 	if err := tx.Commit(); err != nil {
 		return false, err
