@@ -111,9 +111,9 @@ func (s togglableSettle) Settle(ctx context.Context, st store.Settlement) (store
 }
 
 // TestSettlersShrinkAfterABurst: settlers started by a burst exit once steady work no longer needs
-// them, although it keeps coming more often than they time out.
+// them, although it keeps coming more often than they time out. Not parallel: it keeps a core
+// busy for a second, which tests of timing, such as TestLeaseRenewal, should not share.
 func TestSettlersShrinkAfterABurst(t *testing.T) {
-	t.Parallel()
 	delay := new(atomic.Int64)
 	h := newHarness(t, config{
 		gateway:   func(o *Options) { o.SettleInBackground = true },
@@ -152,6 +152,7 @@ func TestSettlersShrinkAfterABurst(t *testing.T) {
 			t.Fatalf("steady: %d", r.status)
 		}
 		h.waitEvent("org_burst", r.genID())
+		time.Sleep(5 * time.Millisecond)
 	}
 	if n := h.gw.settlers.live.Load(); n > 3 {
 		t.Errorf("%d settlers still running for one settlement at a time", n)
