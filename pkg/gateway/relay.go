@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -22,7 +23,10 @@ const maxResponseBody = 64 << 20
 // respond relays a non-streamed answer: the backend's body with usage.cost added and the public
 // model id restored.
 func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBody+1))
+	in, out := answerBuffers.Get().(*bytes.Buffer), answerBuffers.Get().(*bytes.Buffer)
+	defer putAnswerBuffers(in, out)
+	_, err := in.ReadFrom(io.LimitReader(resp.Body, maxResponseBody+1))
+	raw := in.Bytes()
 	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
 	if err != nil {
 		if x.requestCtxDone() {
@@ -66,22 +70,38 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 	if e, ok := x.renameModel(resp); ok {
 		edits = append(edits, e)
 	}
-	out := openai.Rewrite(make([]byte, 0, len(raw)+48), raw, fields, edits...)
+	out.Grow(len(raw) + 48)
+	answer := openai.Rewrite(out.AvailableBuffer(), raw, fields, edits...)
 
 	x.event.Status = usage.StatusCompleted
 	x.event.HTTPStatus = http.StatusOK
 	x.event.TTFTMillis = x.g.opt.Now().Sub(x.event.StartedAt).Milliseconds()
 	h := x.w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(out)))
+	h.Set("Content-Length", strconv.Itoa(len(answer)))
 	x.w.WriteHeader(http.StatusOK)
-	if _, err := x.w.Write(out); err != nil {
+	if _, err := x.w.Write(answer); err != nil {
 		x.event.Status = usage.StatusClientDisconnected
 		return
 	}
 	// Hand the answer to the client now rather than when the handler returns: settlement, which
 	// runs after this, is none of the client's waiting.
 	_ = http.NewResponseController(x.w).Flush()
+}
+
+// answerBuffers hold a non-streamed answer as the backend sent it and as the client gets it,
+// for the time respond takes: nothing keeps either once the answer is written.
+var answerBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// putAnswerBuffers gives the buffers back, but leaves those of unusually large answers to the
+// collector.
+func putAnswerBuffers(bufs ...*bytes.Buffer) {
+	for _, b := range bufs {
+		if b.Cap() <= 64<<10 {
+			b.Reset()
+			answerBuffers.Put(b)
+		}
+	}
 }
 
 func (x *exchange) badBackendBody(ctx context.Context, reason string, err error) {
