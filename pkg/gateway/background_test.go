@@ -99,6 +99,32 @@ func TestSettlerReused(t *testing.T) {
 	}
 }
 
+// TestDrainWaitsForOpenRequests: Drain waits for a request whose handler still runs, not only for
+// settlements already handed to the background, so that a server whose Shutdown timed out does
+// not close its store under a stream it has just cut.
+func TestDrainWaitsForOpenRequests(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, config{gateway: func(o *Options) { o.SettleInBackground = true }})
+	key, _ := h.newOrg("org_open", "1", 8)
+	s := h.stream(req{path: "/v1/chat/completions", key: key,
+		body: chatBody("qwen3-32b", "slow [[sim:delay_ms=100]]", `"max_tokens":5`, `"stream":true`)})
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	err := h.gw.Drain(ctx)
+	cancel()
+	if err == nil {
+		t.Fatal("Drain returned while a stream was open")
+	}
+	s.all()
+	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := h.gw.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.store.Generation(context.Background(), "org_open", s.resp.Header.Get(GenerationHeader)); err != nil {
+		t.Errorf("after Drain: %v", err)
+	}
+}
+
 // togglableSettle delays settlements while delay is set.
 type togglableSettle struct {
 	store.Gateway

@@ -62,6 +62,7 @@ type Gateway struct {
 	modelsList []byte
 	modelByID  map[string][]byte
 	settling   atomic.Int64 // settlements running in the background
+	admitted   atomic.Int64 // requests admitted and not yet settled (unsettled's size)
 	settlers   settlers     // run background settlements
 	unsettled  sync.Map     // generation id → *pending, from admission to the end of settlement
 }
@@ -175,12 +176,14 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request, h func(http.Respon
 	h(w, r, p)
 }
 
-// Drain waits until every settlement running in the background has finished, or ctx ends.
+// Drain waits until every admitted request has been settled, its handler having returned and its
+// settlement, in the background or not, having finished; or until ctx ends. A server's Shutdown
+// waits for handlers, but one that timed out leaves handlers running that Drain still waits for.
 func (g *Gateway) Drain(ctx context.Context) error {
-	for g.settling.Load() > 0 {
+	for g.admitted.Load() > 0 || g.settling.Load() > 0 {
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d settlements still running: %w", g.settling.Load(), ctx.Err())
+			return fmt.Errorf("%d requests not yet settled: %w", max(g.admitted.Load(), g.settling.Load()), ctx.Err())
 		case <-time.After(5 * time.Millisecond):
 		}
 	}

@@ -114,6 +114,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*
 		},
 	}
 	g.renewLeases(x)
+	g.admitted.Add(1)
 	g.unsettled.Store(genID, &pending{orgID: p.OrgID, done: make(chan struct{})})
 	return x, body
 }
@@ -394,6 +395,7 @@ type pending struct {
 func (g *Gateway) settled(generationID string) {
 	if v, ok := g.unsettled.LoadAndDelete(generationID); ok {
 		close(v.(*pending).done)
+		g.admitted.Add(-1)
 	}
 }
 

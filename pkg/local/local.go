@@ -152,9 +152,12 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		cancelAll() // streams still open after the grace period end now, and settle
 		_ = srv.Close()
-		time.Sleep(100 * time.Millisecond)
 	}
-	if err := gw.Drain(shutdownCtx); err != nil {
+	// Every admitted request is settled before the store closes: those Shutdown waited for, and
+	// those it cut, whose handlers may still be ending.
+	drainCtx, cancelDrain := context.WithTimeout(context.Background(), settleAfterGrace)
+	defer cancelDrain()
+	if err := gw.Drain(drainCtx); err != nil {
 		log.Error("shutdown before every request was settled", slog.String("error", err.Error()))
 	}
 	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -162,6 +165,11 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 	}
 	return nil
 }
+
+// settleAfterGrace is how long, after the shutdown grace, the server waits for the settlement of
+// every request admitted: a store that stops answering would otherwise hold the process for the
+// gateway's five minutes of retries.
+const settleAfterGrace = 10 * time.Second
 
 // GatewayOptions are the gateway's options as the configuration sets them, the same on Lambda and
 // off it; the caller adds how usage events are published and whether settlement may run in the

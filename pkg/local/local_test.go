@@ -1,6 +1,7 @@
 package local
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"io"
@@ -37,9 +38,15 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// TestInProcessAggregates: without an event bus (make run), a request's usage event is folded
-// into the embedded store's aggregates, at settlement, and never left unpublished.
-func TestInProcessAggregates(t *testing.T) {
+// localServer is Run in this process, with the simulator, on a fresh data directory.
+type localServer struct {
+	cfg       config.Config
+	base, key string
+	stop      func() error // ends Run as SIGTERM does, and returns what it returned
+}
+
+func startLocal(t *testing.T, extra map[string]string) *localServer {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -53,6 +60,9 @@ func TestInProcessAggregates(t *testing.T) {
 	}
 	env := map[string]string{"KILN_ADDR": "127.0.0.1:0", "KILN_DATA_DIR": filepath.Join(dir, "data"),
 		"KILN_CATALOG": catalog, "KILN_SIMULATOR_ADDR": sim}
+	for k, v := range extra {
+		env[k] = v
+	}
 	cfg, err := config.Load(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
@@ -63,24 +73,41 @@ func TestInProcessAggregates(t *testing.T) {
 	go func() {
 		done <- Run(ctx, cfg, func(k string) string { return env[k] }, slog.New(slog.DiscardHandler), out)
 	}()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
+	var stopped bool
+	var runErr error
+	l := &localServer{cfg: cfg, stop: func() error {
+		if !stopped {
+			stopped = true
+			cancel()
+			runErr = <-done
 		}
-	}()
-	var base, key string
-	for deadline := time.Now().Add(30 * time.Second); base == "" || key == ""; time.Sleep(10 * time.Millisecond) {
+		return runErr
+	}}
+	t.Cleanup(func() { l.stop() })
+	for deadline := time.Now().Add(30 * time.Second); l.base == "" || l.key == ""; time.Sleep(10 * time.Millisecond) {
 		if m := regexp.MustCompile(`listening on (http://\S+/v1)`).FindStringSubmatch(out.String()); m != nil {
-			base = m[1]
+			l.base = m[1]
 		}
 		if m := regexp.MustCompile(`export KILN_API_KEY=(\S+)`).FindStringSubmatch(out.String()); m != nil {
-			key = m[1]
+			l.key = m[1]
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("gateway did not start:\n%s", out.String())
 		}
 	}
+	return l
+}
+
+// TestInProcessAggregates: without an event bus (make run), a request's usage event is folded
+// into the embedded store's aggregates, at settlement, and never left unpublished.
+func TestInProcessAggregates(t *testing.T) {
+	l := startLocal(t, nil)
+	defer func() {
+		if err := l.stop(); err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	base, key, cfg := l.base, l.key, l.cfg
 	req, _ := http.NewRequest(http.MethodPost, base+"/chat/completions", strings.NewReader(
 		`{"model": "qwen3-32b", "messages": [{"role": "user", "content": "one two three"}], "max_tokens": 5}`))
 	req.Header.Set("Authorization", "Bearer "+key)
@@ -115,5 +142,43 @@ func TestInProcessAggregates(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("aggregates %+v, %d unpublished; want the request folded and published", rs, len(left))
 		}
+	}
+}
+
+// TestShutdownPastTheGrace: a stream still open when the shutdown grace ends is cut, and settled,
+// before Run returns: the request is in the store with what it generated.
+func TestShutdownPastTheGrace(t *testing.T) {
+	l := startLocal(t, map[string]string{"KILN_SHUTDOWN_GRACE": "300ms"})
+	req, _ := http.NewRequest(http.MethodPost, l.base+"/chat/completions", strings.NewReader(
+		`{"model": "qwen3-32b", "messages": [{"role": "user", "content": "slow [[sim:delay_ms=200]]"}], "max_tokens": 100, "stream": true}`))
+	req.Header.Set("Authorization", "Bearer "+l.key)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	gen := resp.Header.Get("X-Neocloud-Generation-Id")
+	if resp.StatusCode != http.StatusOK || gen == "" {
+		t.Fatalf("status %d, generation %q", resp.StatusCode, gen)
+	}
+	r := bufio.NewReader(resp.Body)
+	if _, err := r.ReadString('\n'); err != nil { // the stream has begun
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, r)
+	if err := l.stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	st, err := sqlite.Open(l.cfg.DataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ev, err := st.Generation(t.Context(), DemoOrgID, gen)
+	if err != nil {
+		t.Fatalf("the stream cut at shutdown was not settled: %v", err)
+	}
+	if ev.CompletionTokens <= 0 || ev.CompletionTokens >= 100 {
+		t.Errorf("settled with %d completion tokens; want what was generated before the cut", ev.CompletionTokens)
 	}
 }
