@@ -26,8 +26,10 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gateway: configuration:\n%v\n", err)
 		os.Exit(2)
 	}
-	log := newLogger(cfg.LogLevel)
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	if cfg.OnLambda {
+		log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 		h, err := lambdaHandler(context.Background(), cfg, os.Getenv, log)
 		if err != nil {
 			log.Error("gateway did not start", slog.String("error", err.Error()))
@@ -36,17 +38,15 @@ func main() {
 		lambda.StartHandlerFunc(h.Invoke) // returns only by exiting the process
 		return
 	}
+	log, flushLog := local.NewLogger(os.Stderr, level, local.LogFlushEvery)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := local.Run(ctx, cfg, os.Getenv, log, os.Stdout); err != nil {
+	err = local.Run(ctx, cfg, os.Getenv, log, os.Stdout)
+	stop()
+	if err != nil {
 		log.Error("gateway stopped", slog.String("error", err.Error()))
-		stop()
+	}
+	_ = flushLog()
+	if err != nil {
 		os.Exit(1)
 	}
-}
-
-func newLogger(level string) *slog.Logger {
-	var l slog.Level
-	_ = l.UnmarshalText([]byte(level))
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
 }

@@ -27,12 +27,15 @@ func main() {
 	}
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log, flushLog := local.NewLogger(os.Stderr, level, local.LogFlushEvery) // as functions/gateway's
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := local.Run(ctx, cfg, os.Getenv, log, os.Stdout); err != nil {
+	err = local.Run(ctx, cfg, os.Getenv, log, os.Stdout)
+	stop()
+	if err != nil {
 		log.Error("gateway stopped", slog.String("error", err.Error()))
-		stop()
+	}
+	_ = flushLog()
+	if err != nil {
 		os.Exit(1)
 	}
 }

@@ -1,0 +1,70 @@
+package local
+
+import (
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func lines(s string) []string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// TestLoggerBatchesInfo: informational lines wait; a warning is written at once, after them, in
+// order; what is left is written by the flush function.
+func TestLoggerBatchesInfo(t *testing.T) {
+	out := &syncBuffer{}
+	log, flush := NewLogger(out, slog.LevelInfo, time.Hour)
+	log.Info("request", slog.Int("n", 1))
+	log.With(slog.String("component", "x")).Info("request", slog.Int("n", 2))
+	log.Debug("not logged")
+	if got := out.String(); got != "" {
+		t.Fatalf("informational lines written at once: %q", got)
+	}
+	log.With(slog.String("component", "x")).Warn("backend stream broke")
+	got := lines(out.String())
+	if len(got) != 3 || !strings.Contains(got[0], `"n":1`) || !strings.Contains(got[1], `"n":2`) || !strings.Contains(got[2], "backend stream broke") {
+		t.Fatalf("after a warning: %q", got)
+	}
+	for _, l := range got {
+		if !json.Valid([]byte(l)) {
+			t.Errorf("not a JSON line: %s", l)
+		}
+	}
+	log.Info("request", slog.Int("n", 3))
+	if err := flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := lines(out.String()); len(got) != 4 || !strings.Contains(got[3], `"n":3`) {
+		t.Fatalf("after flush: %q", got)
+	}
+}
+
+// TestLoggerFlushesOnItsOwn: informational lines are written without a warning or a flush, once
+// they have waited, or once enough of them wait.
+func TestLoggerFlushesOnItsOwn(t *testing.T) {
+	out := &syncBuffer{}
+	log, _ := NewLogger(out, slog.LevelInfo, 20*time.Millisecond)
+	log.Info("request", slog.Int("n", 1))
+	for deadline := time.Now().Add(5 * time.Second); out.String() == ""; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("an informational line was never written")
+		}
+	}
+
+	out = &syncBuffer{}
+	log, _ = NewLogger(out, slog.LevelInfo, time.Hour)
+	long := strings.Repeat("x", 1000)
+	for i := 0; out.String() == ""; i++ {
+		if i*len(long) > 2*logBufferSize {
+			t.Fatalf("%d lines of %d bytes held", i, len(long))
+		}
+		log.Info("request", slog.String("pad", long))
+	}
+}
