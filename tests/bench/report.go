@@ -35,12 +35,18 @@ func ThisMachine() Machine {
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
 	}
+	m.LoadAvg = loadAvg()
+	return m
+}
+
+// loadAvg is the 1, 5 and 15 minute load averages, "" where /proc/loadavg cannot be read.
+func loadAvg() string {
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		if f := strings.Fields(string(b)); len(f) >= 3 {
-			m.LoadAvg = strings.Join(f[:3], " ")
+			return strings.Join(f[:3], " ")
 		}
 	}
-	return m
+	return ""
 }
 
 // per-round figures of a list of pairs.
@@ -156,7 +162,7 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 	p("")
 	p("- Machine: %d CPUs (`nproc`), %s, Linux %s", m.NProc, m.CPU, m.Kernel)
 	p("- Go: %s", m.Go)
-	p("- Date: %s; load average at the end %s (1, 5, 15 min; on %d CPUs, anything well above the load the run itself", r.Started.Format(time.RFC3339), m.LoadAvg, m.NProc)
+	p("- Date: %s; load average at the start %s, at the end %s (1, 5, 15 min; on %d CPUs, anything well above the load the run itself", r.Started.Format(time.RFC3339), r.LoadStart, m.LoadAvg, m.NProc)
 	p("  puts on the machine, about 2, means other work shared the cores and the figures are pessimistic)")
 	p("- Command: `%s`", command)
 	p("- Phases: %v measured per closed-loop phase after %v of warm-up; open loop %.0f req/s for %v; %d slow streams; %d cold starts",

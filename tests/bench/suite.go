@@ -34,16 +34,17 @@ type Config struct {
 
 // Results is everything a run measured; Report renders it.
 type Results struct {
-	Cfg     Config
-	Started time.Time
-	Closed  map[int][]pair // by connections: one pair per round
-	Short   []pair         // short streams at 8 connections
-	Long    map[int][]pair // 1,000-token streams, by connections (1 and 8)
-	Open    []pair
-	Memory  memory
-	Cold    cold
-	GoBench []*goBench
-	GoCmd   string
+	Cfg       Config
+	Started   time.Time
+	LoadStart string         // load average when the run began
+	Closed    map[int][]pair // by connections: one pair per round
+	Short     []pair         // short streams at 8 connections
+	Long      map[int][]pair // 1,000-token streams, by connections (1 and 8)
+	Open      []pair
+	Memory    memory
+	Cold      cold
+	GoBench   []*goBench
+	GoCmd     string
 	// Store is the DynamoDB store's admission and settlement benchmark (StoreCmd runs it).
 	Store    []*goBench
 	StoreCmd string
@@ -83,7 +84,7 @@ type stack struct {
 
 // Run builds the binaries, starts the stack, runs every phase and returns what it measured.
 func Run(cfg Config) (*Results, error) {
-	res := &Results{Cfg: cfg, Started: time.Now().UTC(), Closed: map[int][]pair{}, Long: map[int][]pair{}}
+	res := &Results{Cfg: cfg, Started: time.Now().UTC(), LoadStart: loadAvg(), Closed: map[int][]pair{}, Long: map[int][]pair{}}
 	logf := func(format string, args ...any) { fmt.Fprintf(cfg.Log, format+"\n", args...) }
 	st, err := setUp(cfg, "", nil)
 	if err != nil {
