@@ -12,14 +12,20 @@ import (
 	"github.com/neocloud/kiln/pkg/store"
 )
 
-// slowSettle delays every settlement, to show that the client's answer does not wait for it.
+// slowSettle delays every settlement, to show that the client's answer does not wait for it: by
+// delay, or by what toggled holds (nanoseconds) when it is set.
 type slowSettle struct {
 	store.Gateway
-	delay time.Duration
+	delay   time.Duration
+	toggled *atomic.Int64
 }
 
-func (s slowSettle) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
-	time.Sleep(s.delay)
+func (s *slowSettle) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
+	d := s.delay
+	if s.toggled != nil {
+		d = time.Duration(s.toggled.Load())
+	}
+	time.Sleep(d)
 	return s.Gateway.Settle(ctx, st)
 }
 
@@ -31,7 +37,7 @@ func TestSettleInBackground(t *testing.T) {
 	const delay = 300 * time.Millisecond
 	h := newHarness(t, config{
 		gateway:   func(o *Options) { o.SettleInBackground = true },
-		wrapStore: func(s store.Gateway) store.Gateway { return slowSettle{s, delay} },
+		wrapStore: func(s store.Gateway) store.Gateway { return &slowSettle{Gateway: s, delay: delay} },
 	})
 	key, _ := h.newOrg("org_bg", "1", 8)
 	start := time.Now()
@@ -125,17 +131,6 @@ func TestDrainWaitsForOpenRequests(t *testing.T) {
 	}
 }
 
-// togglableSettle delays settlements while delay is set.
-type togglableSettle struct {
-	store.Gateway
-	delay *atomic.Int64 // nanoseconds
-}
-
-func (s togglableSettle) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
-	time.Sleep(time.Duration(s.delay.Load()))
-	return s.Gateway.Settle(ctx, st)
-}
-
 // TestSettlersShrinkAfterABurst: settlers started by a burst exit once steady work no longer needs
 // them, although it keeps coming more often than they time out. Not parallel: it keeps a core
 // busy for a second, which tests of timing, such as TestLeaseRenewal, should not share.
@@ -143,7 +138,7 @@ func TestSettlersShrinkAfterABurst(t *testing.T) {
 	delay := new(atomic.Int64)
 	h := newHarness(t, config{
 		gateway:   func(o *Options) { o.SettleInBackground = true },
-		wrapStore: func(s store.Gateway) store.Gateway { return togglableSettle{s, delay} },
+		wrapStore: func(s store.Gateway) store.Gateway { return &slowSettle{Gateway: s, toggled: delay} },
 	})
 	h.gw.settlers.idleFor = 300 * time.Millisecond
 	key, _ := h.newOrg("org_burst", "1", 16)
@@ -226,7 +221,7 @@ func TestGenerationRightAfterTheResponse(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, config{
 		gateway:   func(o *Options) { o.SettleInBackground = true },
-		wrapStore: func(s store.Gateway) store.Gateway { return slowSettle{s, 300 * time.Millisecond} },
+		wrapStore: func(s store.Gateway) store.Gateway { return &slowSettle{Gateway: s, delay: 300 * time.Millisecond} },
 	})
 	key, _ := h.newOrg("org_fast", "1", 8)
 	otherKey, _ := h.newOrg("org_other", "1", 8)
