@@ -175,16 +175,16 @@ func TestLeaseRenewal(t *testing.T) {
 	t.Parallel()
 	rc := &renewCounter{}
 	h := newHarness(t,
-		// Renewed every 100 ms: a renewal must be late by 200 ms, even on a busy machine, for
-		// the lease to lapse.
-		config{gateway: func(o *Options) { o.LeaseTTL = 300 * time.Millisecond }},
+		// Renewed every 200 ms: a renewal must be late by 400 ms, even on a busy machine (a
+		// review saw 200 ms exceeded under -race), for the lease to lapse.
+		config{gateway: func(o *Options) { o.LeaseTTL = 600 * time.Millisecond }},
 		config{wrapStore: func(s store.Gateway) store.Gateway { rc.Gateway = s; return rc }},
 	)
 	key, _ := h.newOrg("org_one", "1", 1)
 
 	s := h.stream(req{path: "/v1/chat/completions", key: key,
-		body: chatBody("qwen3-32b", "long [[sim:delay_ms=100]]", `"max_tokens":10`, `"stream":true`)})
-	time.Sleep(700 * time.Millisecond) // more than two lease lifetimes
+		body: chatBody("qwen3-32b", "long [[sim:delay_ms=200]]", `"max_tokens":10`, `"stream":true`)})
+	time.Sleep(1400 * time.Millisecond) // more than two lease lifetimes
 	if r := h.do(req{path: "/v1/chat/completions", key: key, body: chatBody("qwen3-32b", "second")}); r.status != 429 {
 		t.Errorf("second request while the first still streams: %d %s", r.status, r.body)
 	}
@@ -203,7 +203,7 @@ func TestLeaseRenewal(t *testing.T) {
 	if settled == 0 {
 		t.Fatal("no lease was renewed")
 	}
-	time.Sleep(200 * time.Millisecond) // two renewal intervals
+	time.Sleep(400 * time.Millisecond) // two renewal intervals
 	if n := rc.n.Load(); n != settled {
 		t.Errorf("%d renewals after every request was settled", n-settled)
 	}
