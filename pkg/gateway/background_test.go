@@ -12,6 +12,13 @@ import (
 	"github.com/neocloud/kiln/pkg/store"
 )
 
+// drain is the gateway's Drain, for at most within.
+func (h *harness) drain(within time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	return h.gw.Drain(ctx)
+}
+
 // slowSettle delays every settlement, to show that the client's answer does not wait for it: by
 // delay, or by what toggled holds (nanoseconds) when it is set.
 type slowSettle struct {
@@ -52,9 +59,7 @@ func TestSettleInBackground(t *testing.T) {
 	if elapsed := time.Since(start); elapsed > 2*delay {
 		t.Fatalf("3 requests on one connection took %v: they waited for settlement", elapsed)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := h.gw.Drain(ctx); err != nil {
+	if err := h.drain(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	for i, id := range ids {
@@ -88,10 +93,7 @@ func TestSettlerReused(t *testing.T) {
 		// Settled (the response ends before end hands the settlement over), then the
 		// settler's work is done.
 		h.waitEvent("org_reuse", r.genID())
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := h.gw.Drain(ctx)
-		cancel()
-		if err != nil {
+		if err := h.drain(5 * time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -114,16 +116,11 @@ func TestDrainWaitsForOpenRequests(t *testing.T) {
 	key, _ := h.newOrg("org_open", "1", 8)
 	s := h.stream(req{path: "/v1/chat/completions", key: key,
 		body: chatBody("qwen3-32b", "slow [[sim:delay_ms=100]]", `"max_tokens":5`, `"stream":true`)})
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
-	err := h.gw.Drain(ctx)
-	cancel()
-	if err == nil {
+	if err := h.drain(150 * time.Millisecond); err == nil {
 		t.Fatal("Drain returned while a stream was open")
 	}
 	s.all()
-	ctx, cancel = context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := h.gw.Drain(ctx); err != nil {
+	if err := h.drain(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.store.Generation(context.Background(), "org_open", s.resp.Header.Get(GenerationHeader)); err != nil {
@@ -155,9 +152,7 @@ func TestSettlersShrinkAfterABurst(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := h.gw.Drain(ctx); err != nil {
+	if err := h.drain(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if n := h.gw.settlers.live.Load(); n < 8 {
