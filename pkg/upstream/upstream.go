@@ -1,5 +1,6 @@
-// Package upstream talks to model servers: it keeps a pooled HTTP transport per backend, tracks
-// each backend's health with a circuit breaker, picks a healthy backend for a model, retries on
+// Package upstream talks to model servers: it keeps a pool of connections per backend (its own
+// HTTP/1.1 connections for http:// backends, net/http's Transport for https://), tracks each
+// backend's health with a circuit breaker, picks a healthy backend for a model, retries on
 // another backend only when nothing reached the first, and cancels the backend request the
 // moment the caller's context ends.
 package upstream
@@ -12,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,7 +49,7 @@ type Options struct {
 // the server is closing cannot be retried safely, so we would rather reconnect.
 const idleConnTimeout = 4 * time.Second
 
-// Pool holds one transport per backend.
+// Pool holds the connections to every backend.
 type Pool struct {
 	opt      Options
 	backends map[string]*backend
@@ -58,11 +60,26 @@ type backend struct {
 	cfg    catalog.Backend
 	base   string
 	header http.Header // every request's header: shared, and never written after New
-	// transport sends the requests itself, not through an http.Client: a model server's answer is
-	// the answer, a redirect included (which the client would follow, copying every request's
-	// header lines first in case it does).
+	// conns sends the requests to a backend on http://, transport to one on https://; neither
+	// follows redirects: a model server's answer is the answer, a redirect included.
+	conns     *conns
 	transport *http.Transport
 	breaker   breaker
+}
+
+// newTransport is what https:// backends are sent through (HTTP/2 when they offer it).
+func newTransport(opt Options) *http.Transport {
+	return &http.Transport{
+		DialContext:           (&net.Dialer{Timeout: opt.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   maxIdleConns,
+		IdleConnTimeout:       idleConnTimeout,
+		ResponseHeaderTimeout: opt.HeaderTimeout,
+		TLSHandshakeTimeout:   opt.ConnectTimeout,
+		ForceAttemptHTTP2:     true,
+		// Model servers' SSE is small and must not be held back by gzip buffering.
+		DisableCompression: true,
+	}
 }
 
 // New builds a pool for every backend of the catalog.
@@ -88,35 +105,24 @@ func New(c *catalog.Catalog, opt Options) *Pool {
 			if _, ok := p.backends[b.Name]; ok {
 				continue
 			}
-			tr := &http.Transport{
-				DialContext:           (&net.Dialer{Timeout: opt.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
-				MaxIdleConns:          1024,
-				MaxIdleConnsPerHost:   256,
-				IdleConnTimeout:       idleConnTimeout,
-				ResponseHeaderTimeout: opt.HeaderTimeout,
-				TLSHandshakeTimeout:   opt.ConnectTimeout,
-				ForceAttemptHTTP2:     true,
-				// Model servers' SSE is small and must not be held back by gzip buffering.
-				DisableCompression: true,
-				// The buffers stay at their 4 KiB defaults, which a connection keeps for its whole
-				// life. A smaller write buffer (512 B was tried) saves 3.5 KiB per open stream but
-				// sends a request whose header lines and body do not fit it in two writes and two
-				// packets, which cost the gateway and the model server more CPU per request than
-				// the memory is worth; a smaller read buffer flushes a burst of events one by one.
-			}
 			be := &backend{
 				cfg:  b,
 				base: strings.TrimSuffix(b.URL, "/"),
 				header: http.Header{
 					"Content-Type": {"application/json"},
 					"Accept":       {"application/json, text/event-stream"},
+					"User-Agent":   {"kiln-gateway"},
 				},
-				transport: tr,
 			}
 			if b.APIKeyEnv != "" && opt.Getenv != nil {
 				if k := opt.Getenv(b.APIKeyEnv); k != "" {
 					be.header.Set("Authorization", "Bearer "+k)
 				}
+			}
+			if u, err := url.Parse(be.base); err == nil && u.Scheme == "http" && u.User == nil && u.RawQuery == "" {
+				be.conns = newConns(u, be.header, opt)
+			} else {
+				be.transport = newTransport(opt)
 			}
 			p.backends[b.Name] = be
 		}
@@ -183,6 +189,32 @@ func (p *Pool) pick(model *catalog.Model, now time.Time, skip string) *backend {
 }
 
 func (p *Pool) send(ctx context.Context, be *backend, path string, body func(catalog.Backend) []byte) (*Response, bool, error) {
+	var resp *http.Response
+	var sent bool
+	var err error
+	if be.conns != nil {
+		resp, sent, err = be.conns.roundTrip(ctx, path, body(be.cfg))
+	} else {
+		resp, sent, err = be.roundTrip(ctx, path, body)
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			be.breaker.failure(p.opt.Now(), p.opt)
+		} else {
+			be.breaker.abandon() // the caller left: this says nothing of the backend
+		}
+		return nil, sent, &Error{Backend: be.cfg.Name, Err: err}
+	}
+	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+		be.breaker.failure(p.opt.Now(), p.opt)
+	} else {
+		be.breaker.success()
+	}
+	return &Response{Response: resp, Backend: be.cfg, pool: p}, true, nil
+}
+
+// roundTrip sends a request through the backend's transport.
+func (be *backend) roundTrip(ctx context.Context, path string, body func(catalog.Backend) []byte) (*http.Response, bool, error) {
 	var sent atomic.Bool
 	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
 	var b *requestBody
@@ -194,27 +226,14 @@ func (p *Pool) send(ctx context.Context, be *backend, path string, body func(cat
 	}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, be.base+path, nil)
 	if err != nil {
-		return nil, false, &Error{Backend: be.cfg.Name, Err: err}
+		return nil, false, err
 	}
 	req.Header = be.header
 	if b != nil {
 		req.Body, req.GetBody, req.ContentLength = b.reader(), b.again, int64(len(b.full))
 	}
 	resp, err := be.transport.RoundTrip(req)
-	if err != nil {
-		if ctx.Err() == nil {
-			be.breaker.failure(p.opt.Now(), p.opt)
-		} else {
-			be.breaker.abandon() // the caller left: this says nothing of the backend
-		}
-		return nil, sent.Load(), &Error{Backend: be.cfg.Name, Err: err}
-	}
-	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-		be.breaker.failure(p.opt.Now(), p.opt)
-	} else {
-		be.breaker.success()
-	}
-	return &Response{Response: resp, Backend: be.cfg, pool: p}, true, nil
+	return resp, sent.Load(), err
 }
 
 // requestBody is a request's body, which lets go of its bytes once they are sent. The transport

@@ -1,0 +1,499 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/catalog"
+)
+
+// countingConns is a test server that counts the connections it accepted and has open.
+type countingConns struct {
+	*httptest.Server
+	opened, open atomic.Int64
+}
+
+func newCountingServer(t *testing.T, h http.HandlerFunc) *countingConns {
+	s := &countingConns{Server: httptest.NewUnstartedServer(h)}
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			s.opened.Add(1)
+			s.open.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			s.open.Add(-1)
+		}
+	}
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+func onePool(t *testing.T, url string) (*Pool, *catalog.Model, *conns) {
+	t.Helper()
+	c := model(catalog.Backend{Name: "b", URL: url})
+	p := New(c, Options{})
+	cs := p.backends["b"].conns
+	if cs == nil {
+		t.Fatalf("%s is not sent over pooled connections", url)
+	}
+	return p, c.Models[0], cs
+}
+
+func idleConns(cs *conns) int {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return len(cs.idle)
+}
+
+// eventually polls cond for up to 5 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 5 s: %s", what)
+		}
+	}
+}
+
+// TestConnectionsAreKeptAlive: answers read to their end, and streams left at their [DONE] event,
+// leave the connection to the next request; a body closed in the middle of a stream closes it,
+// and the backend sees its request end.
+func TestConnectionsAreKeptAlive(t *testing.T) {
+	gone := make(chan struct{}, 1)
+	srv := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		switch r.URL.Path {
+		case "/v1/json":
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprintf(w, `{"got":%q}`, b)
+		case "/v1/stream":
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {}\n\ndata: [DONE]\n\n")
+			w.(http.Flusher).Flush()
+			time.Sleep(5 * time.Millisecond) // the chunked encoding's end comes after the relay stopped reading
+		case "/v1/endless":
+			w.Header().Set("Content-Type", "text/event-stream")
+			for {
+				if _, err := io.WriteString(w, "data: {}\n\n"); err != nil {
+					gone <- struct{}{}
+					return
+				}
+				w.(http.Flusher).Flush()
+				select {
+				case <-r.Context().Done():
+					gone <- struct{}{}
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+		}
+	})
+	p, m, cs := onePool(t, srv.URL+"/v1")
+	ctx := context.Background()
+	for i := range 20 {
+		resp, err := p.Do(ctx, m, "/json", func(catalog.Backend) []byte { return []byte(fmt.Sprint(i)) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := fmt.Sprintf(`{"got":"%d"}`, i); err != nil || string(b) != want {
+			t.Fatalf("request %d: %q, %v; want %s", i, b, err, want)
+		}
+	}
+	if n := srv.opened.Load(); n != 1 {
+		t.Fatalf("20 requests one after the other opened %d connections, want 1", n)
+	}
+
+	for range 3 {
+		resp, err := p.Do(ctx, m, "/stream", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(resp.Body)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatalf("stream ended before [DONE]: %v", err)
+			}
+			if line == "data: [DONE]\n" {
+				break
+			}
+		}
+		resp.Body.Close()
+		eventually(t, "the stream's connection is not back in the pool", func() bool { return idleConns(cs) == 1 })
+	}
+	if n := srv.opened.Load(); n != 1 {
+		t.Fatalf("streams closed at [DONE] opened %d connections, want 1", n)
+	}
+
+	resp, err := p.Do(ctx, m, "/endless", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := resp.Body.Read(make([]byte, 64)); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	resp.Body.Close()
+	select {
+	case <-gone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a stream closed in its middle went on at the backend")
+	}
+	if d := time.Since(start); d > drainFor+time.Second {
+		t.Errorf("the backend saw the request end %v after the body was closed", d)
+	}
+	eventually(t, "the cut stream's connection is still open", func() bool { return srv.open.Load() == 0 })
+	if n := idleConns(cs); n != 0 {
+		t.Errorf("%d connections pooled after a cut stream, want 0", n)
+	}
+	if _, err := resp.Body.Read(make([]byte, 1)); err != http.ErrBodyReadAfterClose {
+		t.Errorf("read after close: %v", err)
+	}
+}
+
+// rawServer answers each connection's requests with answer, then closes the connection if it
+// says so; it reports each connection it accepted on accepted.
+func rawServer(t *testing.T, answer func(n int, req *http.Request) (reply string, closeAfter bool)) (url string, accepted chan int) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted = make(chan int, 100)
+	go func() {
+		for n := 0; ; n++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- n
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					_, _ = io.Copy(io.Discard, req.Body)
+					reply, closeAfter := answer(n, req)
+					if _, err := io.WriteString(c, reply); err != nil || closeAfter {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String() + "/v1", accepted
+}
+
+const okReply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
+
+func doOK(t *testing.T, p *Pool, m *catalog.Model) {
+	t.Helper()
+	resp, err := p.Do(context.Background(), m, "/x", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if b, err := io.ReadAll(resp.Body); err != nil || resp.StatusCode != 200 || string(b) != "{}" {
+		t.Fatalf("%d %q %v", resp.StatusCode, b, err)
+	}
+}
+
+// TestConnectionClosedByTheBackendIsNotReused: a backend that closes a kept-alive connection
+// after answering (as servers do when their idle timeout ends) costs the next request nothing: the
+// pool sees the connection closed before it writes to it.
+func TestConnectionClosedByTheBackendIsNotReused(t *testing.T) {
+	closed := make(chan struct{}, 10)
+	url, accepted := rawServer(t, func(int, *http.Request) (string, bool) {
+		defer func() { closed <- struct{}{} }()
+		return okReply, true
+	})
+	p, m, cs := onePool(t, url)
+	for i := range 3 {
+		doOK(t, p, m)
+		<-closed
+		<-accepted
+		eventually(t, "the answer's connection is not pooled", func() bool { return idleConns(cs) == 1 })
+		time.Sleep(10 * time.Millisecond) // the backend's FIN crosses the loopback
+		_ = i
+	}
+	if n := idleConns(cs); n != 1 {
+		t.Errorf("%d idle connections, want the last one", n)
+	}
+}
+
+// TestInterimAnswersAreSkipped: a 100 Continue before the answer is not the answer.
+func TestInterimAnswersAreSkipped(t *testing.T) {
+	url, _ := rawServer(t, func(int, *http.Request) (string, bool) {
+		return "HTTP/1.1 100 Continue\r\n\r\n" + okReply, false
+	})
+	p, m, _ := onePool(t, url)
+	doOK(t, p, m)
+	doOK(t, p, m)
+}
+
+// TestBytesAfterTheAnswerCloseTheConnection: bytes that follow an answer belong to no request; the
+// connection they came on is not used again.
+func TestBytesAfterTheAnswerCloseTheConnection(t *testing.T) {
+	url, accepted := rawServer(t, func(int, *http.Request) (string, bool) {
+		return okReply + okReply, false
+	})
+	p, m, cs := onePool(t, url)
+	doOK(t, p, m)
+	doOK(t, p, m)
+	if n := len(accepted); n != 2 {
+		t.Errorf("%d connections for two requests, want 2", n)
+	}
+	if n := idleConns(cs); n != 0 {
+		t.Errorf("%d idle connections, want 0", n)
+	}
+}
+
+// TestIdleConnectionsAreClosed: a connection idle for longer than the pool keeps one is closed,
+// before the backend closes it under a request.
+func TestIdleConnectionsAreClosed(t *testing.T) {
+	srv := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })
+	p, m, cs := onePool(t, srv.URL+"/v1")
+	cs.idleFor = 50 * time.Millisecond
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { doOK(t, p, m) })
+	}
+	wg.Wait()
+	if srv.open.Load() == 0 {
+		t.Fatal("no connection kept")
+	}
+	eventually(t, "idle connections are still open", func() bool { return srv.open.Load() == 0 })
+	if n := idleConns(cs); n != 0 {
+		t.Errorf("%d idle connections left in the pool", n)
+	}
+	doOK(t, p, m) // the pool starts over
+	eventually(t, "the new idle connection is still open", func() bool { return srv.open.Load() == 0 })
+}
+
+// TestConcurrentRequests: requests at once, streams cut and whole, each get their own answer; run
+// with -race.
+func TestConcurrentRequests(t *testing.T) {
+	srv := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		for i := range 3 {
+			fmt.Fprintf(w, "%s.%d\n", b, i)
+			w.(http.Flusher).Flush()
+		}
+	})
+	p, m, _ := onePool(t, srv.URL+"/v1")
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 30 {
+				id := fmt.Sprintf("%d-%d", g, i)
+				resp, err := p.Do(context.Background(), m, "/x", func(catalog.Backend) []byte { return []byte(id) })
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				line, err := bufio.NewReader(resp.Body).ReadString('\n')
+				if err != nil || line != id+".0\n" {
+					t.Errorf("%s: %q, %v", id, line, err)
+				}
+				if i%3 == 0 {
+					_, _ = io.Copy(io.Discard, resp.Body)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	if n := srv.opened.Load(); n > 100 {
+		t.Errorf("%d connections for 480 requests from 16 goroutines", n)
+	}
+}
+
+// TestHTTPSBackendsUseTheTransport: a backend on https:// is sent through net/http's transport, for
+// TLS and HTTP/2.
+func TestHTTPSBackendsUseTheTransport(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %s", r.Proto, r.URL.Path, b)
+	}))
+	defer srv.Close()
+	c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1"})
+	p := New(c, Options{})
+	be := p.backends["b"]
+	if be.conns != nil || be.transport == nil {
+		t.Fatal("an https:// backend is not sent through the transport")
+	}
+	be.transport.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+	resp, err := p.Do(context.Background(), c.Models[0], "/x", body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if b, _ := io.ReadAll(resp.Body); !strings.HasSuffix(string(b), ` /v1/x {"model":"m"}`) {
+		t.Errorf("got %q", b)
+	}
+}
+
+// TestEarlyAnswerToALargeBody: a backend that answers before it read a large body (a limit of its
+// own) is heard: its answer reaches the caller, it is not counted as failing, and its connection
+// is not reused. Neither when it closes the connection, nor when it keeps it open without reading.
+func TestEarlyAnswerToALargeBody(t *testing.T) {
+	for _, keepOpen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("keep open %v", keepOpen), func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			release := make(chan struct{})
+			defer close(release)
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						defer c.Close()
+						br := bufio.NewReader(c)
+						if _, err := http.ReadRequest(br); err != nil {
+							return
+						}
+						io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 9\r\n\r\ntoo large")
+						if keepOpen {
+							<-release
+						}
+					}()
+				}
+			}()
+			c := model(catalog.Backend{Name: "b", URL: "http://" + ln.Addr().String() + "/v1"})
+			p := New(c, Options{HeaderTimeout: 10 * time.Second, FailureThreshold: 2})
+			big := make([]byte, 16<<20)
+			for range 3 {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				resp, err := p.Do(ctx, c.Models[0], "/x", func(catalog.Backend) []byte { return big })
+				if err != nil {
+					cancel()
+					t.Fatalf("the backend's early answer was lost: %v", err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				cancel()
+				if resp.StatusCode != 413 || string(b) != "too large" {
+					t.Fatalf("%d %q", resp.StatusCode, b)
+				}
+			}
+			if !p.Healthy("b", time.Now()) {
+				t.Error("a backend that answered 413 is marked unhealthy")
+			}
+			if n := idleConns(p.backends["b"].conns); n != 0 {
+				t.Errorf("%d connections whose request was not read whole are pooled", n)
+			}
+		})
+	}
+}
+
+// TestLeftCallerSendsNothing: a caller whose context has ended before the request leaves sends
+// nothing, and costs no pooled connection.
+func TestLeftCallerSendsNothing(t *testing.T) {
+	var hits atomic.Int64
+	srv := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) { hits.Add(1); io.WriteString(w, "{}") })
+	p, m, cs := onePool(t, srv.URL+"/v1")
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { doOK(t, p, m) })
+	}
+	wg.Wait()
+	idle, before := idleConns(cs), hits.Load()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 50 {
+		if _, err := p.Do(ctx, m, "/x", body); !errors.Is(err, context.Canceled) {
+			t.Fatalf("want context.Canceled, got %v", err)
+		}
+	}
+	if n := hits.Load() - before; n != 0 {
+		t.Errorf("%d requests of a caller that had left reached the backend", n)
+	}
+	if n := idleConns(cs); n != idle {
+		t.Errorf("%d idle connections, %d before", n, idle)
+	}
+}
+
+// TestOversizedHeadersAreRefused: a backend's header lines are read up to 1 MiB, not without end.
+func TestOversizedHeadersAreRefused(t *testing.T) {
+	url, _ := rawServer(t, func(int, *http.Request) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("x", 2<<20) + "\r\nContent-Length: 2\r\n\r\n{}", true
+	})
+	p, m, _ := onePool(t, url)
+	if _, err := p.Do(context.Background(), m, "/x", body); !errors.Is(err, errHeadersTooLarge) {
+		t.Fatalf("want errHeadersTooLarge, got %v", err)
+	}
+	url, _ = rawServer(t, func(int, *http.Request) (string, bool) {
+		return "HTTP/1.1 200 OK\r\nX-Fine: " + strings.Repeat("x", 64<<10) + "\r\nContent-Length: 2\r\n\r\n{}", true
+	})
+	p, m, _ = onePool(t, url)
+	doOK(t, p, m)
+}
+
+// TestCloseDuringRead: closing a body while another goroutine reads it ends the read, with the
+// caller's context error when that is why; the connection is not pooled.
+func TestCloseDuringRead(t *testing.T) {
+	srv := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "data: {}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	p, m, cs := onePool(t, srv.URL+"/v1")
+	for _, byCancel := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(context.Background())
+		resp, err := p.Do(ctx, m, "/x", body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := resp.Body.Read(make([]byte, 64)); err != nil {
+			t.Fatal(err)
+		}
+		got := make(chan error, 1)
+		go func() {
+			_, err := resp.Body.Read(make([]byte, 64))
+			got <- err
+		}()
+		time.Sleep(20 * time.Millisecond) // the read waits
+		if byCancel {
+			cancel()
+		} else {
+			resp.Body.Close()
+		}
+		select {
+		case err := <-got:
+			if err == nil || (byCancel && !errors.Is(err, context.Canceled)) {
+				t.Errorf("cancelled %v: the read ended with %v", byCancel, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("cancelled %v: the read goes on", byCancel)
+		}
+		resp.Body.Close()
+		cancel()
+	}
+	eventually(t, "the streams' connections are still open", func() bool { return srv.open.Load() == 0 })
+	if n := idleConns(cs); n != 0 {
+		t.Errorf("%d connections pooled", n)
+	}
+}
