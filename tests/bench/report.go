@@ -229,6 +229,9 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 			added(ps, ofGateway, .5, false).median(), added(ps, ofGateway, .99, false).median())
 		p("")
 	}
+	if ps := r.Closed[8]; len(ps) > 0 && cpuPer(ps[0].gateway, "loadgen", false) > 0 {
+		cpuBound(p, ps, m.NProc)
+	}
 	if cpuNote {
 		p("The 8-connection figure decides the CPU-per-chunk target: capacity is measured with the gateway busy, when each read finds several chunks waiting.")
 		p("")
@@ -517,4 +520,32 @@ func connections(n int) string {
 		return "1 connection"
 	}
 	return fmt.Sprintf("%d connections", n)
+}
+
+// cpuBound explains the 8-connection latency figures by the CPU a request costs: the closed loop
+// keeps the cores busy, so that latency is mostly the wait for them.
+func cpuBound(p func(string, ...any), ps []pair, cores int) {
+	rate := func(of func(pair) phase) float64 {
+		return perRound(ps, func(p pair) float64 { return of(p).rate() }).median()
+	}
+	cpu := func(of func(pair) phase, proc string) float64 {
+		return perRound(ps, func(p pair) float64 { return cpuPer(of(p), proc, false) }).median()
+	}
+	direct := func(p pair) phase { return p.direct }
+	xd, xg := rate(direct), rate(ofGateway)
+	gw, sim, gen := cpu(ofGateway, "gateway"), cpu(ofGateway, "simulator"), cpu(ofGateway, "loadgen")
+	need := 8 / (8/xd + 300e-6)
+	p("Why the 8-connection latency targets are a matter of CPU: 8 connections in a closed loop keep the cores busy, so that")
+	p("a request mostly waits for a core, and its mean latency is 8 / throughput (Little's law): %.0f µs through the", 8/xg*1e6)
+	p("gateway, %.0f µs direct. Per request through the gateway, the gateway, the simulator behind it and the load generator",
+		8/xd*1e6)
+	p("use %.0f + %.0f + %.0f = %.0f µs of CPU; %d cores serve at most %.0f such requests a second. Adding no more than",
+		gw, sim, gen, gw+sim+gen, cores, float64(cores)/(gw+sim+gen)*1e6)
+	p("300 µs to the mean latency would take %.0f req/s, at most %.0f µs of CPU per request for the three processes", need, float64(cores)/need*1e6)
+	if hasBare(ps) {
+		p("together, where the bare proxy alone uses %.0f.", cpu(ofBare, "bareproxy"))
+	} else {
+		p("together.")
+	}
+	p("")
 }

@@ -94,7 +94,8 @@ func Run(cfg Config) (*Results, error) {
 	defer st.sim.stop()
 	defer st.gw.stop()
 	defer st.proxy.stop()
-	all := watch{"gateway": st.gw.pid(), "simulator": st.sim.pid(), "bareproxy": st.proxy.pid()}
+	// The load generator is this process: its CPU completes the account of what a request costs.
+	all := watch{"gateway": st.gw.pid(), "simulator": st.sim.pid(), "bareproxy": st.proxy.pid(), "loadgen": os.Getpid()}
 
 	// Sanity: each kind of request through every target, whole; through the bare proxy, those
 	// it is measured on: non-streamed, and streams (the memory phase's).
