@@ -175,6 +175,40 @@ func TestSettlersShrinkAfterABurst(t *testing.T) {
 	}
 }
 
+// TestIdleSettlersAreBounded: of the settlers a burst started, no more than maxIdle wait for work
+// afterwards.
+func TestIdleSettlersAreBounded(t *testing.T) {
+	delay := new(atomic.Int64)
+	h := newHarness(t, config{
+		gateway:   func(o *Options) { o.SettleInBackground = true },
+		wrapStore: func(s store.Gateway) store.Gateway { return &slowSettle{Gateway: s, toggled: delay} },
+	})
+	h.gw.settlers.maxIdle = 3
+	key, _ := h.newOrg("org_idle", "1", 16)
+	body := chatBody("gpt-oss-120b", "one two three", `"max_tokens":4`)
+	delay.Store(int64(200 * time.Millisecond))
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if r := h.do(req{path: "/v1/chat/completions", body: body, key: key}); r.status != 200 {
+				t.Errorf("burst: %d", r.status)
+			}
+		})
+	}
+	wg.Wait()
+	if err := h.drain(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if n := h.gw.settlers.started.Load(); n < 8 {
+		t.Fatalf("%d settlers started for a burst of 8 slow settlements", n)
+	}
+	for end := time.Now().Add(5 * time.Second); h.gw.settlers.live.Load() > 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%d settlers still live, want at most 3 idle", h.gw.settlers.live.Load())
+		}
+	}
+}
+
 // flakySettle fails the first n settlements, as a store that blinks would.
 type flakySettle struct {
 	store.Gateway

@@ -102,7 +102,7 @@ func New(opt Options) (*Gateway, error) {
 		log:      log,
 		keys:     newKeyCache(opt.Store, opt.CacheTTL),
 		maint:    &maintenanceCache{store: opt.Store, ttl: opt.CacheTTL},
-		settlers: settlers{idleFor: settlerIdle},
+		settlers: settlers{idleFor: settlerIdle, maxIdle: maxIdleSettlers},
 	}
 	g.modelsList, g.modelByID = renderModels(opt.Catalog)
 	return g, nil

@@ -10,6 +10,11 @@ import (
 // settlerIdle is how long a settler waits for more work before it exits.
 const settlerIdle = 10 * time.Second
 
+// maxIdleSettlers is how many settlers wait for work at most: those a burst started beyond it (a
+// thousand streams cut at once, or a store that stalled under load) exit as soon as they are done,
+// rather than hold their stacks for settlerIdle.
+const maxIdleSettlers = 64
+
 // settlers run background settlements on goroutines that outlive one request, so that
 // settlements run on a stack already grown to what they need: a new goroutine starts on a
 // smaller one, and growing it (a copy of the stack) was 2 % of the gateway's CPU under load.
@@ -19,6 +24,7 @@ const settlerIdle = 10 * time.Second
 // each would get work often enough never to exit.
 type settlers struct {
 	idleFor time.Duration
+	maxIdle int
 	mu      sync.Mutex
 	idle    []*settler // waiting for work, the one that became idle last at the end
 	started atomic.Int64
@@ -58,6 +64,10 @@ func (p *settlers) loop(x *exchange) {
 		x = nil // not kept while idle
 		g.settling.Add(-1)
 		p.mu.Lock()
+		if len(p.idle) >= p.maxIdle {
+			p.mu.Unlock()
+			return
+		}
 		p.idle = append(p.idle, s)
 		p.mu.Unlock()
 		idle.Reset(p.idleFor)
