@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -72,7 +74,9 @@ func Profile(cfg Config, dir string, seconds int) error {
 		cum.Stdout, cum.Stderr = cfg.Log, cfg.Log
 		_ = cum.Run()
 	}
-	// The memory of open streams: a heap profile while cfg.Streams slow streams are open.
+	// The memory of open streams: a heap profile while cfg.Streams slow streams are open, and the
+	// runtime's count of live heap and stacks, each after a collection, before and with them.
+	before, errBefore := liveMemory(pprofAddr, filepath.Join(dir, "heap-before-streams.txt"))
 	opened, closeAll, err := openStreams(st.gateway, cfg.Streams, 30*time.Second)
 	if err == nil {
 		time.Sleep(500 * time.Millisecond)
@@ -88,7 +92,12 @@ func Profile(cfg Config, dir string, seconds int) error {
 		}
 		_ = fetch(fmt.Sprintf("http://%s/debug/pprof/goroutine?debug=1", pprofAddr), filepath.Join(dir, "goroutines-open-streams.txt"))
 		// The text form ends with the runtime's MemStats: stacks are counted there, not in the profile.
-		_ = fetch(fmt.Sprintf("http://%s/debug/pprof/heap?debug=1", pprofAddr), filepath.Join(dir, "heap-open-streams.txt"))
+		with, errWith := liveMemory(pprofAddr, filepath.Join(dir, "heap-open-streams.txt"))
+		if errBefore == nil && errWith == nil && opened > 0 {
+			fmt.Fprintf(cfg.Log, "== live heap and stacks per open stream, after a collection: %.1f KiB (heap in use %.1f, stacks %.1f)\n",
+				float64(with.total()-before.total())/float64(opened)/1024,
+				float64(with.heapInuse-before.heapInuse)/float64(opened)/1024, float64(with.stack-before.stack)/float64(opened)/1024)
+		}
 	}
 	closeAll()
 	return err
@@ -110,4 +119,37 @@ func fetch(url, path string) error {
 	defer f.Close()
 	_, err = io.Copy(f, resp.Body)
 	return err
+}
+
+// memStats are the figures of the runtime's MemStats that open streams grow.
+type memStats struct{ heapInuse, stack int64 }
+
+func (m memStats) total() int64 { return m.heapInuse + m.stack }
+
+// liveMemory saves the text heap profile, taken after a collection, in path and returns the
+// MemStats at its end.
+func liveMemory(pprofAddr, path string) (memStats, error) {
+	if err := fetch(fmt.Sprintf("http://%s/debug/pprof/heap?gc=1&debug=1", pprofAddr), path); err != nil {
+		return memStats{}, err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return memStats{}, err
+	}
+	var m memStats
+	for line := range strings.Lines(string(b)) {
+		if v, ok := strings.CutPrefix(line, "# HeapInuse = "); ok {
+			m.heapInuse, err = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		} else if v, ok := strings.CutPrefix(line, "# Stack = "); ok {
+			inuse, _, _ := strings.Cut(v, " ")
+			m.stack, err = strconv.ParseInt(inuse, 10, 64)
+		}
+		if err != nil {
+			return memStats{}, fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	if m.heapInuse == 0 || m.stack == 0 {
+		return memStats{}, fmt.Errorf("%s: no MemStats", path)
+	}
+	return m, nil
 }
