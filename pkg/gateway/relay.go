@@ -237,6 +237,7 @@ func (x *exchange) openStream(ctx context.Context, resp *upstream.Response) *str
 		return nil
 	}
 	x.meter.billable = true // the stream starts: what is generated from here on is billed
+	resp.Header = nil       // not needed again, and the stream keeps resp while it lasts
 	h := x.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
