@@ -207,8 +207,9 @@ type connBody struct {
 	writing chan written  // a large request's write, which may still be under way; or nil
 	keep    bool          // the backend keeps the connection open after this response
 	mu      sync.Mutex
-	done    bool // the connection was given back or closed: the body is over
-	reading bool // a Read is under way
+	done    bool  // the connection was given back or closed: the body is over
+	reading bool  // a Read is under way
+	err     error // what ended the body when a Read did: io.EOF at its end
 }
 
 // drainFor and maxDrain bound what a closed body still reads to keep its connection. A body closed
@@ -223,26 +224,30 @@ const (
 func (b *connBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
 	if b.done {
+		err := b.err
 		b.mu.Unlock()
-		return 0, http.ErrBodyReadAfterClose
+		if err == nil {
+			err = http.ErrBodyReadAfterClose
+		}
+		return 0, err
 	}
 	b.reading = true
 	b.mu.Unlock()
 
 	n, err := b.body.Read(p)
+	if err != nil && err != io.EOF && b.ctx.Err() != nil {
+		err = b.ctx.Err() // the connection was closed because the caller left
+	}
 
 	b.mu.Lock()
 	b.reading = false
 	closed := b.done // by Close, during the read
-	if err != nil {
-		b.done = true
+	if err != nil && !closed {
+		b.done, b.err = true, err
 	}
 	b.mu.Unlock()
 	if err != nil && !closed {
 		b.finish(err == io.EOF)
-	}
-	if err != nil && err != io.EOF && b.ctx.Err() != nil {
-		err = b.ctx.Err() // the connection was closed because the caller left
 	}
 	return n, err
 }
@@ -259,19 +264,19 @@ func (b *connBody) finish(atEnd bool) {
 	b.c.nc.Close()
 }
 
-// writtenWhole reports whether the request was written whole; a write still under way (the backend
-// answered before reading it all) is ended by closing the connection.
+// writtenWhole reports whether the request was written whole. A write still under way, which
+// waits for a backend that answered before reading it all, is ended by a past deadline; one that
+// has just ended is waited for (the Transport too waits for its writer before it reuses a
+// connection).
 func (b *connBody) writtenWhole() bool {
 	if b.writing == nil {
 		return true
 	}
-	select {
-	case w := <-b.writing:
-		b.writing = nil
-		return w.err == nil
-	default:
-		return false
-	}
+	nc := b.c.nc
+	_ = nc.SetWriteDeadline(time.Unix(1, 0))
+	w := <-b.writing
+	b.writing = nil
+	return w.err == nil && nc.SetWriteDeadline(time.Time{}) == nil
 }
 
 // Close ends the body. During a Read it closes the connection, which ends the Read.

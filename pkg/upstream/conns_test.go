@@ -78,6 +78,8 @@ func TestConnectionsAreKeptAlive(t *testing.T) {
 		case "/v1/json":
 			w.Header().Set("Content-Type", "application/json")
 			fmt.Fprintf(w, `{"got":%q}`, b)
+		case "/v1/len":
+			fmt.Fprint(w, len(b))
 		case "/v1/stream":
 			w.Header().Set("Content-Type", "text/event-stream")
 			io.WriteString(w, "data: {}\n\ndata: [DONE]\n\n")
@@ -115,6 +117,25 @@ func TestConnectionsAreKeptAlive(t *testing.T) {
 	}
 	if n := srv.opened.Load(); n != 1 {
 		t.Fatalf("20 requests one after the other opened %d connections, want 1", n)
+	}
+	// Requests too large to be written before their answer is read keep the connection too.
+	large := make([]byte, 100<<10)
+	for range 30 {
+		resp, err := p.Do(ctx, m, "/len", func(catalog.Backend) []byte { return large })
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err != nil || string(b) != fmt.Sprint(len(large)) {
+			t.Fatalf("%q, %v", b, err)
+		}
+		if n, err := resp.Body.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+			t.Fatalf("a read after the end: %d, %v; want io.EOF", n, err)
+		}
+		resp.Body.Close()
+	}
+	if n := srv.opened.Load(); n != 1 {
+		t.Fatalf("large requests one after the other opened %d connections in all, want 1", n)
 	}
 
 	for range 3 {
