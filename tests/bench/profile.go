@@ -94,9 +94,9 @@ func Profile(cfg Config, dir string, seconds int) error {
 		// The text form ends with the runtime's MemStats: stacks are counted there, not in the profile.
 		with, errWith := liveMemory(pprofAddr, filepath.Join(dir, "heap-open-streams.txt"))
 		if errBefore == nil && errWith == nil && opened > 0 {
+			per := with.minus(before, opened)
 			fmt.Fprintf(cfg.Log, "== live heap and stacks per open stream, after a collection: %.1f KiB (heap in use %.1f, stacks %.1f)\n",
-				float64(with.total()-before.total())/float64(opened)/1024,
-				float64(with.heapInuse-before.heapInuse)/float64(opened)/1024, float64(with.stack-before.stack)/float64(opened)/1024)
+				kib(per.total()), kib(per.heapInuse), kib(per.stack))
 		}
 	}
 	closeAll()
@@ -122,9 +122,58 @@ func fetch(url, path string) error {
 }
 
 // memStats are the figures of the runtime's MemStats that open streams grow.
-type memStats struct{ heapInuse, stack int64 }
+type memStats struct{ heapInuse, stack float64 }
 
-func (m memStats) total() int64 { return m.heapInuse + m.stack }
+func (m memStats) total() float64 { return m.heapInuse + m.stack }
+
+// minus returns what each of n streams added from before to m.
+func (m memStats) minus(before memStats, n int) memStats {
+	return memStats{(m.heapInuse - before.heapInuse) / float64(n), (m.stack - before.stack) / float64(n)}
+}
+
+func kib(b float64) float64 { return b / 1024 }
+
+// measureLiveMemory counts, on a stack of its own, what n open streams hold in the gateway by the
+// runtime's own count after a collection, which RSS blurs with garbage not yet collected. The
+// gateway there is cmd/gatewayprof: functions/gateway with a pprof listener, which serves the
+// counts.
+func measureLiveMemory(cfg Config, n int) (liveMemoryResult, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return liveMemoryResult{}, err
+	}
+	pprofAddr := ln.Addr().String()
+	ln.Close()
+	st, err := setUp(cfg, "./tests/bench/cmd/gatewayprof", []string{"KILN_BENCH_PPROF_ADDR=" + pprofAddr})
+	if err != nil {
+		return liveMemoryResult{}, err
+	}
+	defer os.RemoveAll(st.dir)
+	defer st.sim.stop()
+	defer st.gw.stop()
+	defer st.proxy.stop()
+	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, watch{}) // as the RSS phase, after a warm-up
+	before, err := liveMemory(pprofAddr, filepath.Join(st.dir, "heap-before.txt"))
+	if err != nil {
+		return liveMemoryResult{}, err
+	}
+	opened, closeAll, err := openStreams(st.gateway, n, 30*time.Second)
+	defer closeAll()
+	if err != nil || opened == 0 {
+		return liveMemoryResult{}, fmt.Errorf("%d of %d streams opened: %v", opened, n, err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	with, err := liveMemory(pprofAddr, filepath.Join(st.dir, "heap-with.txt"))
+	if err != nil {
+		return liveMemoryResult{}, err
+	}
+	return liveMemoryResult{opened: opened, perStream: with.minus(before, opened)}, nil
+}
+
+type liveMemoryResult struct {
+	opened    int
+	perStream memStats // bytes
+}
 
 // liveMemory saves the text heap profile, taken after a collection, in path and returns the
 // MemStats at its end.
@@ -139,10 +188,10 @@ func liveMemory(pprofAddr, path string) (memStats, error) {
 	var m memStats
 	for line := range strings.Lines(string(b)) {
 		if v, ok := strings.CutPrefix(line, "# HeapInuse = "); ok {
-			m.heapInuse, err = strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			m.heapInuse, err = strconv.ParseFloat(strings.TrimSpace(v), 64)
 		} else if v, ok := strings.CutPrefix(line, "# Stack = "); ok {
 			inuse, _, _ := strings.Cut(v, " ")
-			m.stack, err = strconv.ParseInt(inuse, 10, 64)
+			m.stack, err = strconv.ParseFloat(inuse, 64)
 		}
 		if err != nil {
 			return memStats{}, fmt.Errorf("%s: %w", path, err)

@@ -207,7 +207,11 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 		if mm.proxyOpened > 0 {
 			bare = fmt.Sprintf(" (bare proxy: %.1f KiB)", float64(mm.proxyOpen-mm.proxyIdle)/float64(mm.proxyOpened)/1024)
 		}
-		p("| ≤ 32 KiB per idle open stream | issue 6 | %.1f KiB%s | %s |", per/1024, bare, verdict(per <= 32*1024))
+		live, liveOK := "not measured", false
+		if l := mm.live; l.opened > 0 {
+			live, liveOK = fmt.Sprintf("%.1f KiB", kib(l.perStream.total())), l.perStream.total() <= 32*1024
+		}
+		p("| ≤ 32 KiB per idle open stream | issue 6 | RSS %.1f KiB%s; live heap and stacks %s | %s |", per/1024, bare, live, verdict(per <= 32*1024 && liveOK))
 	}
 	if len(r.Cold.gateway) > 0 {
 		p("| cold start to first 200 ≤ 50 ms (local server) | issue 6 | %s ms | %s |", r.Cold.gateway.fmt("%.1f"), verdict(r.Cold.gateway.median() <= 50))
@@ -380,8 +384,7 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 		p("client connection (buffered reader and writer, the transport's read and write goroutines); each of its streams")
 		p("also holds the proxy's 4 KiB copy buffer while it waits, where the gateway gives its read buffer back between")
 		p("events. On the backend side the gateway holds less: a connection to an http:// backend is a socket and its 2 KiB")
-		p("read buffer, read by the handler's goroutine (`pkg/upstream/conns.go`). `kilnbench -profile` gives the same")
-		p("streams' live heap and stacks, counted by the runtime after a collection, which garbage does not blur.")
+		p("read buffer, read by the handler's goroutine (`pkg/upstream/conns.go`).")
 		p("")
 		p("| process | streams open | RSS before | RSS with streams | per open stream |")
 		p("| --- | --- | --- | --- | --- |")
@@ -399,6 +402,16 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 		if mm.directErr != nil || mm.gatewayErr != nil || mm.proxyErr != nil {
 			p("")
 			p("Errors opening streams: direct %v; gateway %v; bare proxy %v.", mm.directErr, mm.gatewayErr, mm.proxyErr)
+		}
+		p("")
+		if l := mm.live; l.opened > 0 {
+			p("By the runtime's own count, after a collection before the streams opened and another with them open (the same")
+			p("gateway with a pprof listener, `tests/bench/cmd/gatewayprof`, on a stack of its own), each of %d open streams", l.opened)
+			p("holds %.1f KiB in the gateway: %.1f KiB of heap in use and %.1f KiB of goroutine stacks. This figure has no",
+				kib(l.perStream.total()), kib(l.perStream.heapInuse), kib(l.perStream.stack))
+			p("garbage in it, which the RSS figure may have more or less of.")
+		} else if mm.liveErr != nil {
+			p("The live heap and stacks per stream were not measured: %v.", mm.liveErr)
 		}
 		p("")
 	}

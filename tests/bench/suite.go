@@ -65,6 +65,8 @@ type memory struct {
 	proxyIdle, proxyOpen      int64 // bare proxy RSS, streams through it
 	directErr, gatewayErr     error
 	proxyErr                  error
+	live                      liveMemoryResult // the gateway's live heap and stacks, on a stack of its own
+	liveErr                   error
 }
 
 type cold struct {
@@ -124,6 +126,8 @@ func Run(cfg Config) (*Results, error) {
 	// Memory first, while the gateway's heap holds nothing left over from the load phases.
 	logf("memory: %d slow streams", cfg.Streams)
 	res.Memory = measureMemory(st, cfg.Streams)
+	logf("memory: live heap and stacks of %d slow streams", cfg.Streams)
+	res.Memory.live, res.Memory.liveErr = measureLiveMemory(cfg, cfg.Streams)
 
 	// rounds measures f (direct) and g (the gateway), and b (the bare proxy) unless it is nil,
 	// cfg.Rounds times. The order reverses every round (direct, bare, gateway; then gateway,
