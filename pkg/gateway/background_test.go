@@ -128,20 +128,21 @@ func TestDrainWaitsForOpenRequests(t *testing.T) {
 	}
 }
 
-// TestSettlersShrinkAfterABurst: settlers started by a burst exit once steady work no longer needs
-// them, although it keeps coming more often than they time out. Not parallel: it keeps a core
-// busy for a second, which tests of timing, such as TestLeaseRenewal, should not share.
-func TestSettlersShrinkAfterABurst(t *testing.T) {
-	delay := new(atomic.Int64)
+// burstHarness is a gateway that settles in the background on a store whose settlements take
+// delay, with an organization whose key it returns.
+func burstHarness(t *testing.T, org string, delay *atomic.Int64) (*harness, string) {
 	h := newHarness(t, config{
 		gateway:   func(o *Options) { o.SettleInBackground = true },
 		wrapStore: func(s store.Gateway) store.Gateway { return &slowSettle{Gateway: s, toggled: delay} },
 	})
-	h.gw.settlers.idleFor = 300 * time.Millisecond
-	key, _ := h.newOrg("org_burst", "1", 16)
-	body := chatBody("gpt-oss-120b", "one two three four five six seven eight nine", `"max_tokens":12`)
+	key, _ := h.newOrg(org, "1", 16)
+	return h, key
+}
 
-	// A burst: eight slow settlements at once need eight settlers.
+// slowBurst sends eight requests at once, whose settlements take 200 ms each, and waits until all
+// are settled.
+func slowBurst(t *testing.T, h *harness, delay *atomic.Int64, key, body string) {
+	t.Helper()
 	delay.Store(int64(200 * time.Millisecond))
 	var wg sync.WaitGroup
 	for range 8 {
@@ -155,6 +156,22 @@ func TestSettlersShrinkAfterABurst(t *testing.T) {
 	if err := h.drain(5 * time.Second); err != nil {
 		t.Fatal(err)
 	}
+	if n := h.gw.settlers.started.Load(); n < 8 {
+		t.Fatalf("%d settlers started for a burst of 8 slow settlements", n)
+	}
+}
+
+// TestSettlersShrinkAfterABurst: settlers started by a burst exit once steady work no longer needs
+// them, although it keeps coming more often than they time out. Not parallel: it keeps a core
+// busy for a second, which tests of timing, such as TestLeaseRenewal, should not share.
+func TestSettlersShrinkAfterABurst(t *testing.T) {
+	delay := new(atomic.Int64)
+	h, key := burstHarness(t, "org_burst", delay)
+	h.gw.settlers.idleFor = 300 * time.Millisecond
+	body := chatBody("gpt-oss-120b", "one two three four five six seven eight nine", `"max_tokens":12`)
+
+	// A burst: eight slow settlements at once need eight settlers.
+	slowBurst(t, h, delay, key, body)
 	if n := h.gw.settlers.live.Load(); n < 8 {
 		t.Fatalf("%d settlers after a burst of 8 slow settlements", n)
 	}
@@ -179,29 +196,9 @@ func TestSettlersShrinkAfterABurst(t *testing.T) {
 // afterwards.
 func TestIdleSettlersAreBounded(t *testing.T) {
 	delay := new(atomic.Int64)
-	h := newHarness(t, config{
-		gateway:   func(o *Options) { o.SettleInBackground = true },
-		wrapStore: func(s store.Gateway) store.Gateway { return &slowSettle{Gateway: s, toggled: delay} },
-	})
+	h, key := burstHarness(t, "org_idle", delay)
 	h.gw.settlers.maxIdle = 3
-	key, _ := h.newOrg("org_idle", "1", 16)
-	body := chatBody("gpt-oss-120b", "one two three", `"max_tokens":4`)
-	delay.Store(int64(200 * time.Millisecond))
-	var wg sync.WaitGroup
-	for range 8 {
-		wg.Go(func() {
-			if r := h.do(req{path: "/v1/chat/completions", body: body, key: key}); r.status != 200 {
-				t.Errorf("burst: %d", r.status)
-			}
-		})
-	}
-	wg.Wait()
-	if err := h.drain(5 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if n := h.gw.settlers.started.Load(); n < 8 {
-		t.Fatalf("%d settlers started for a burst of 8 slow settlements", n)
-	}
+	slowBurst(t, h, delay, key, chatBody("gpt-oss-120b", "one two three", `"max_tokens":4`))
 	for end := time.Now().Add(5 * time.Second); h.gw.settlers.live.Load() > 3; time.Sleep(time.Millisecond) {
 		if time.Now().After(end) {
 			t.Fatalf("%d settlers still live, want at most 3 idle", h.gw.settlers.live.Load())
