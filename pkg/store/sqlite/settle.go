@@ -37,7 +37,7 @@ func (s *Store) Settle(ctx context.Context, st store.Settlement) (store.SettleRe
 }
 
 func (s *Store) settle(ctx context.Context, st store.Settlement) error {
-	e := st.Event
+	e := &st.Event // the write below keeps st: a copy of the event would be kept too
 	switch {
 	case e.OrgID == "" || e.GenerationID == "":
 		return errors.New("event without organization or generation id")
@@ -62,7 +62,7 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 	}
 	var delta *usage.Delta
 	if s.opt.FoldAtSettlement {
-		d := usage.DeltaOf(e)
+		d := usage.DeltaOf(*e)
 		delta = &d
 	}
 	return s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
