@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -86,15 +87,12 @@ func newConns(u *url.URL, header http.Header, opt Options) *conns {
 		headerTimeout: opt.HeaderTimeout,
 		idleFor:       idleConnTimeout,
 	}
-	w := &byteWriter{b: append([]byte(nil), "Host: "+u.Host+"\r\n"...)}
-	_ = header.Write(w) // cannot fail: w does not
-	c.header = w.b
+	var b bytes.Buffer
+	b.WriteString("Host: " + u.Host + "\r\n")
+	_ = header.Write(&b) // cannot fail: a bytes.Buffer does not
+	c.header = b.Bytes()
 	return c
 }
-
-type byteWriter struct{ b []byte }
-
-func (w *byteWriter) Write(p []byte) (int, error) { w.b = append(w.b, p...); return len(p), nil }
 
 // errHeaderTimeout is a backend that took longer than Options.HeaderTimeout to take the request
 // and answer it.
@@ -104,10 +102,20 @@ var errHeaderTimeout = errors.New("timeout awaiting the backend's response heade
 // whether any byte of the request may have reached the backend. The response body must be read to
 // its end or closed; the connection goes back to the pool only after its end was read.
 func (cs *conns) roundTrip(ctx context.Context, path string, body []byte) (*http.Response, bool, error) {
-	head := make([]byte, 0, len(cs.head)+len(path)+len(cs.header)+48)
+	// A request up to syncWriteMax is sent as one slice, header lines and body: one allocation
+	// and one write. A larger one is sent from two, without copying its body.
+	size := len(cs.head) + len(path) + len(cs.header) + 48
+	whole := size+len(body) <= syncWriteMax
+	if whole {
+		size += len(body)
+	}
+	head := make([]byte, 0, size)
 	head = append(append(append(head, cs.head...), path...), " HTTP/1.1\r\n"...)
 	head = append(head, cs.header...)
 	head = append(strconv.AppendInt(append(head, "Content-Length: "...), int64(len(body)), 10), "\r\n\r\n"...)
+	if whole {
+		head, body = append(head, body...), nil
+	}
 	for {
 		// A caller that already left sends nothing (its context would close the connection
 		// under the write, or not in time).
@@ -121,7 +129,7 @@ func (cs *conns) roundTrip(ctx context.Context, path string, body []byte) (*http
 			}
 			return nil, false, err
 		}
-		resp, sent, err := cs.exchange(ctx, c, head, body)
+		resp, sent, err := cs.exchange(ctx, c, head, body, whole)
 		if err == nil || sent || !reused {
 			return resp, sent, err
 		}
@@ -140,7 +148,9 @@ type written struct {
 	err error
 }
 
-func (cs *conns) exchange(ctx context.Context, c *conn, head, body []byte) (*http.Response, bool, error) {
+// exchange sends head and body on c and reads the answer's headers; whole: body is empty, and
+// head the whole request.
+func (cs *conns) exchange(ctx context.Context, c *conn, head, body []byte, whole bool) (*http.Response, bool, error) {
 	// Cancelling the caller's context closes the connection, which ends a write or read under way.
 	stop := context.AfterFunc(ctx, func() { c.nc.Close() })
 	if cs.headerTimeout > 0 {
@@ -162,16 +172,17 @@ func (cs *conns) exchange(ctx context.Context, c *conn, head, body []byte) (*htt
 		}
 		return nil, sent, err
 	}
-	bufs := net.Buffers{head, body}
-	if len(head)+len(body) <= syncWriteMax {
-		if n, err := bufs.WriteTo(c.nc); err != nil {
+	if whole {
+		if n, err := c.nc.Write(head); err != nil {
 			return fail(err, n > 0)
 		}
 	} else {
-		writing = make(chan written, 1)
+		w := make(chan written, 1)
+		writing = w
 		go func() {
+			bufs := net.Buffers{head, body}
 			n, err := bufs.WriteTo(c.nc)
-			writing <- written{n, err}
+			w <- written{n, err}
 		}()
 	}
 	c.limit = maxHeaderBytes

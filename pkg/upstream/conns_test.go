@@ -246,13 +246,12 @@ func TestConnectionClosedByTheBackendIsNotReused(t *testing.T) {
 		return okReply, true
 	})
 	p, m, cs := onePool(t, url)
-	for i := range 3 {
+	for range 3 {
 		doOK(t, p, m)
 		<-closed
 		<-accepted
 		eventually(t, "the answer's connection is not pooled", func() bool { return idleConns(cs) == 1 })
 		time.Sleep(10 * time.Millisecond) // the backend's FIN crosses the loopback
-		_ = i
 	}
 	if n := idleConns(cs); n != 1 {
 		t.Errorf("%d idle connections, want the last one", n)
