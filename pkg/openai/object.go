@@ -103,12 +103,11 @@ func duplicate(raw []byte, f Field) error {
 // Lookup returns the member of raw named key; fields are raw's members from ParseObject. It does not
 // allocate.
 func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
-	plain := plainString(key)
 	for i := range fields {
-		if plain && len(key) > 0 && differFirst(raw, fields[i], key) {
+		if len(key) > 0 && differFirst(raw, fields[i], key) {
 			continue
 		}
-		if named(raw, fields[i], key, plain) {
+		if named(raw, fields[i], key) {
 			return fields[i], true
 		}
 	}
@@ -118,12 +117,11 @@ func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
 // LookupLast is Lookup for members from Members, which may name a key twice: it returns the last
 // member of that name, the one that JavaScript's JSON.parse, Python's json and encoding/json keep.
 func LookupLast(raw []byte, fields []Field, key string) (Field, bool) {
-	plain := plainString(key)
 	for i := len(fields) - 1; i >= 0; i-- {
-		if plain && len(key) > 0 && differFirst(raw, fields[i], key) {
+		if len(key) > 0 && differFirst(raw, fields[i], key) {
 			continue
 		}
-		if named(raw, fields[i], key, plain) {
+		if named(raw, fields[i], key) {
 			return fields[i], true
 		}
 	}
@@ -131,20 +129,18 @@ func LookupLast(raw []byte, fields []Field, key string) (Field, bool) {
 }
 
 // differFirst reports that f's key, as written, starts with a character that stands for itself
-// and is not key's first (a non-empty plain key): the two differ. An empty key's first byte
-// is its closing quote, which stands for itself. Inlined, it spares most members a call.
+// and is not key's first byte (key is not empty): the two differ, since the decoded key starts
+// with that very byte. An empty key's first byte is its closing quote, which stands for itself.
+// Inlined, it spares most members a call.
 func differFirst(raw []byte, f Field, key string) bool {
 	c := raw[f.KeyStart+1]
 	return c != key[0] && selfChar(c)
 }
 
-// named reports whether f's key decodes to key; plain is plainString(key).
-func named(raw []byte, f Field, key string, plain bool) bool {
+// named reports whether f's key decodes to key.
+func named(raw []byte, f Field, key string) bool {
 	k := raw[f.KeyStart+1 : f.KeyEnd-1]
-	if plain && len(k) > 0 && len(key) > 0 && k[0] != key[0] && selfChar(k[0]) {
-		return false // they differ in their first character
-	}
-	if plain && len(k) <= len(key) {
+	if len(k) <= len(key) && plainString(key) {
 		// Escapes make a key shorter than it is written, and other text does not decode to
 		// ASCII: a key written no longer than an ASCII key without backslashes is equal to it
 		// only byte for byte.
@@ -179,8 +175,13 @@ func Rewrite(dst, raw []byte, fields []Field, edits ...Edit) []byte {
 		dst = append(dst, raw[start:closing]...)
 	}
 	wrote := false
+	var applied uint64 // bit k: edits[k] was applied to a member (when there are at most 64)
 	for k, f := range fields {
-		v, edited := editFor(raw, f, edits)
+		v, e := editFor(raw, f, edits)
+		edited := e >= 0
+		if edited && e < 64 {
+			applied |= 1 << e
+		}
 		if edited && v == nil {
 			continue
 		}
@@ -197,11 +198,13 @@ func Rewrite(dst, raw []byte, fields []Field, edits ...Edit) []byte {
 		wrote = true
 	}
 	for k, e := range edits {
-		if e.Value == nil || overridden(edits[k+1:], e.Key) {
+		if e.Value == nil || applied&(1<<k) != 0 || overridden(edits[k+1:], e.Key) {
 			continue
 		}
-		if _, ok := Lookup(raw, fields, e.Key); ok {
-			continue
+		if k >= 64 {
+			if _, ok := Lookup(raw, fields, e.Key); ok {
+				continue
+			}
 		}
 		if wrote {
 			dst = append(dst, ',')
@@ -214,17 +217,19 @@ func Rewrite(dst, raw []byte, fields []Field, edits ...Edit) []byte {
 	return append(dst, raw[closing:end]...)
 }
 
-func editFor(raw []byte, f Field, edits []Edit) ([]byte, bool) {
+// editFor returns the value of the last edit of f's key and that edit's index, or -1 when no
+// edit names it.
+func editFor(raw []byte, f Field, edits []Edit) ([]byte, int) {
 	key := raw[f.KeyStart+1 : f.KeyEnd-1]
 	for k := len(edits) - 1; k >= 0; k-- {
 		if e := edits[k].Key; len(key) > 0 && len(e) > 0 && key[0] != e[0] && selfChar(key[0]) && selfChar(e[0]) {
 			continue // they differ in their first character
 		}
 		if equalsString(key, edits[k].Key) {
-			return edits[k].Value, true
+			return edits[k].Value, k
 		}
 	}
-	return nil, false
+	return nil, -1
 }
 
 func overridden(later []Edit, key string) bool {

@@ -495,3 +495,35 @@ func TestScanStringEveryPosition(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainRunFindsTheFirst checks that the eight-bytes-at-a-time scan stops exactly at the first
+// byte that ends a run, whatever follows it in the same word: a borrow from one lane may mark the
+// lanes above it, never one below.
+func TestPlainRunFindsTheFirst(t *testing.T) {
+	special := []byte{'"', '\\', 0x00, 0x01, 0x1f}
+	other := []byte{0x20, 0x21, '"' + 1, '\\' + 1, 0x7f, 0x80, 0xff}
+	for first := 0; first < 8; first++ {
+		for _, c := range special {
+			for second := first + 1; second <= 8; second++ {
+				for _, d := range append(special, other...) {
+					b := []byte(strings.Repeat("x", 16))
+					b[first] = c
+					b[second] = d
+					if got := plainRun(b, 0); got != first {
+						t.Errorf("plainRun(%q) = %d; want %d", b, got, first)
+					}
+				}
+			}
+		}
+	}
+	// Words of bytes that end no run, some just above one that does: plainRun steps over them.
+	for _, d := range other {
+		b := make([]byte, 16)
+		for i := range b {
+			b[i] = d
+		}
+		if got := plainRun(b, 0); got != 16 {
+			t.Errorf("plainRun(%q) = %d; want 16", b, got)
+		}
+	}
+}

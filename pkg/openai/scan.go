@@ -2,6 +2,7 @@ package openai
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"strconv"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -27,7 +28,8 @@ func syntaxErr(offset int, msg string) error {
 
 const msgEOF = "unexpected end of input"
 
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+// isSpace reports JSON whitespace. Most bytes are above ' ', which one comparison rules out.
+func isSpace(c byte) bool { return c <= ' ' && (uint64(1)<<c)&(1<<' '|1<<'\t'|1<<'\n'|1<<'\r') != 0 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
 
@@ -72,16 +74,16 @@ const (
 )
 
 // plainRun returns the offset of the first byte from b[i] on that ends a run of plain string
-// contents (a quote, a backslash or a control character), or a little before it: it steps eight
-// bytes at a time while none of the eight is one, and the caller goes on byte by byte.
+// contents (a quote, a backslash or a control character), or, near the end of b, a little before
+// it: it steps eight bytes at a time, and the caller goes on byte by byte.
 func plainRun(b []byte, i int) int {
 	for ; i+8 <= len(b); i += 8 {
 		x := binary.LittleEndian.Uint64(b[i:])
 		q, s := x^lanesQuote, x^lanesSlash
-		// A lane's top bit is set where the lane is zero (q, s) or below 0x20 (x): exact for
-		// whether any lane is, which is all this asks.
-		if ((q-lanes01)&^q|(s-lanes01)&^s|(x-lanesCtl)&^x)&lanes80 != 0 {
-			return i
+		// A lane's top bit is set where the lane is zero (q, s) or below 0x20 (x). A borrow can
+		// set it in a lane above one that is, but never below: the lowest set bit is exact.
+		if m := ((q-lanes01)&^q | (s-lanes01)&^s | (x-lanesCtl)&^x) & lanes80; m != 0 {
+			return i + bits.TrailingZeros64(m)/8
 		}
 	}
 	return i
