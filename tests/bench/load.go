@@ -146,6 +146,7 @@ type phase struct {
 	firstErr    error
 	elapsed     time.Duration            // the measured window
 	cpu         map[string]time.Duration // CPU used by each watched process in the window
+	syscalls    map[string]int64         // its read and write system calls in the window
 }
 
 func (p phase) rate() float64 { return float64(len(p.total)) / p.elapsed.Seconds() }
@@ -169,8 +170,19 @@ func (w watch) cpu() map[string]time.Duration {
 	return m
 }
 
-func sub(a, b map[string]time.Duration) map[string]time.Duration {
-	m := make(map[string]time.Duration, len(a))
+// syscalls counts the read and write system calls of each watched process so far.
+func (w watch) syscalls() map[string]int64 {
+	m := make(map[string]int64, len(w))
+	for name, pid := range w {
+		if n, err := syscalls(pid); err == nil {
+			m[name] = n
+		}
+	}
+	return m
+}
+
+func sub[V time.Duration | int64](a, b map[string]V) map[string]V {
+	m := make(map[string]V, len(a))
 	for k, v := range a {
 		m[k] = v - b[k]
 	}
@@ -228,13 +240,13 @@ func closedLoop(t target, kind requestKind, conns int, warmup, dur time.Duration
 		})
 	}
 	time.Sleep(warmup)
-	cpu0 := w.cpu()
+	cpu0, sys0 := w.cpu(), w.syscalls()
 	t0 := time.Now()
 	state.Store(measuring)
 	time.Sleep(dur)
 	state.Store(stopping)
 	p.elapsed = time.Since(t0)
-	p.cpu = sub(w.cpu(), cpu0)
+	p.cpu, p.syscalls = sub(w.cpu(), cpu0), sub(w.syscalls(), sys0)
 	wg.Wait()
 	p.ttfb, p.total = p.ttfb.sorted(), p.total.sorted()
 	return p
@@ -265,7 +277,7 @@ func openLoop(t target, rate float64, dur time.Duration, w watch) phase {
 		}
 		p.total = append(p.total, time.Since(due))
 	}
-	cpu0 := w.cpu()
+	cpu0, sys0 := w.cpu(), w.syscalls()
 	start := time.Now()
 	for i := 0; ; i++ {
 		due := start.Add(time.Duration(i) * interval)
@@ -288,7 +300,7 @@ func openLoop(t target, rate float64, dur time.Duration, w watch) phase {
 	}
 	wg.Wait()
 	p.elapsed = time.Since(start)
-	p.cpu = sub(w.cpu(), cpu0)
+	p.cpu, p.syscalls = sub(w.cpu(), cpu0), sub(w.syscalls(), sys0)
 	p.total = p.total.sorted()
 	return p
 }

@@ -111,6 +111,34 @@ func cpuTime(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * clockTick, nil
 }
 
+// syscalls is how many read- and write-family system calls the process has made so far
+// (/proc/PID/io syscr + syscw: read, readv, recvfrom... and write, writev, sendto...; a read that
+// finds nothing to read and makes the caller wait counts too).
+func syscalls(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0, err
+	}
+	var n int64
+	found := 0
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || k != "syscr" && k != "syscw" {
+			continue
+		}
+		c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/io: bad %s", pid, k)
+		}
+		n += c
+		found++
+	}
+	if found != 2 {
+		return 0, fmt.Errorf("/proc/%d/io: no syscr and syscw", pid)
+	}
+	return n, nil
+}
+
 // rss is the process's resident set size in bytes (VmRSS).
 func rss(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))

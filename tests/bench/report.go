@@ -112,6 +112,19 @@ func cpuPer(ph phase, proc string, chunks bool) float64 {
 	return us(ph.cpu[proc]) / n
 }
 
+// syscallsPer is the named process's read and write system calls per request (per event when
+// chunks).
+func syscallsPer(ph phase, proc string, chunks bool) float64 {
+	n := float64(len(ph.total))
+	if chunks {
+		n = float64(ph.chunks)
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(ph.syscalls[proc]) / n
+}
+
 // errsOf counts the failed requests of the direct calls and of those through via.
 func errsOf(ps []pair, via side) (direct, through int64) {
 	for _, p := range ps {
@@ -337,9 +350,13 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 	p("utime + stime, the counters `getrusage` reports; 10 ms ticks). \"Simulator\" is the simulator's CPU when called")
 	p("directly; \"proxy\" is the gateway process's alone, or on the bare-proxy row the bare proxy's (the simulator's CPU")
 	p("during that phase in brackets); \"ratio\" is proxy / simulator.")
-	p("1,000-token streams run at 1 connection, where the gateway reads each chunk as the simulator writes it (a read and")
-	p("a write system call per chunk), and at 8 (closed loop), where the gateway is busy and its reads find several chunks")
-	p("waiting: the figure that bounds how many chunks a core can relay.")
+	p("1,000-token streams run at 1 connection, where the cores are mostly idle and the gateway often catches up with the")
+	p("simulator and waits for its next chunks (a read that finds nothing, a poll, a thread put to sleep and woken), and at 8")
+	p("(closed loop), where the gateway is busy and its reads find several chunks waiting: the figure that bounds how many")
+	p("chunks a core can relay. The system-call rows count each process's read- and write-family calls (`/proc/PID/io`")
+	p("syscr + syscw), reads that found nothing included, polls and sleeps not. A CPU profile of the 8-connection streams")
+	p("(`kilnbench -profile`) puts about half of the gateway's CPU in system calls: how many chunks each read finds, which")
+	p("the machine's pace decides, moves its CPU per chunk more than anything the gateway does with a chunk.")
 	p("")
 	p("| measure | simulator | proxy | ratio |")
 	p("| --- | --- | --- | --- |")
@@ -367,6 +384,18 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 		if ps := r.Long[n]; len(ps) > 0 {
 			s := perRound(ps, func(p pair) float64 { return cpuPer(p.direct, "simulator", true) })
 			p("| chunks/s relayed per CPU core (1 / CPU per chunk), %s | %.0f | %.0f | |", connections(n), 1e6/s.median(), 1e6/gatewayCPUPerChunk(ps).median())
+		}
+	}
+	if ps := r.Closed[8]; len(ps) > 0 {
+		p("| system calls per non-streamed request, 8 connections | %s | %s | |",
+			perRound(ps, func(p pair) float64 { return syscallsPer(p.direct, "simulator", false) }).fmt("%.1f"),
+			perRound(ps, func(p pair) float64 { return syscallsPer(p.gateway, "gateway", false) }).fmt("%.1f"))
+	}
+	for _, n := range []int{1, 8} {
+		if ps := r.Long[n]; len(ps) > 0 {
+			p("| system calls per streamed chunk, 1,000-token streams, %s | %s | %s | |", connections(n),
+				perRound(ps, func(p pair) float64 { return syscallsPer(p.direct, "simulator", true) }).fmt("%.3f"),
+				perRound(ps, func(p pair) float64 { return syscallsPer(p.gateway, "gateway", true) }).fmt("%.3f"))
 		}
 	}
 	p("")
