@@ -387,9 +387,11 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 		}
 	}
 	if ps := r.Closed[8]; len(ps) > 0 {
-		p("| system calls per non-streamed request, 8 connections | %s | %s | |",
-			perRound(ps, func(p pair) float64 { return syscallsPer(p.direct, "simulator", false) }).fmt("%.1f"),
-			perRound(ps, func(p pair) float64 { return syscallsPer(p.gateway, "gateway", false) }).fmt("%.1f"))
+		s := perRound(ps, func(p pair) float64 { return syscallsPer(p.direct, "simulator", false) })
+		for _, x := range proxiesOf(ps) {
+			p("| system calls per non-streamed request, 8 connections, %s | %s | %s | |", x.name, s.fmt("%.1f"),
+				perRound(ps, func(p pair) float64 { return syscallsPer(x.via(p), x.proc, false) }).fmt("%.1f"))
+		}
 	}
 	for _, n := range []int{1, 8} {
 		if ps := r.Long[n]; len(ps) > 0 {
