@@ -112,8 +112,9 @@ func cpuTime(pid int) (time.Duration, error) {
 }
 
 // syscalls is how many read- and write-family system calls the process has made so far
-// (/proc/PID/io syscr + syscw: read, readv, recvfrom... and write, writev, sendto...; a read that
-// finds nothing to read and makes the caller wait counts too).
+// (/proc/PID/io syscr + syscw: read, readv, pread and write, writev, pwrite, which Go's network
+// I/O uses, not the socket calls recv and send). A read that finds nothing to read and makes the
+// caller wait counts too.
 func syscalls(pid int) (int64, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
 	if err != nil {

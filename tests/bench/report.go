@@ -102,19 +102,17 @@ func perChunk(ph phase) float64 {
 
 // cpuPer is the named process's CPU in µs per request (per event when chunks).
 func cpuPer(ph phase, proc string, chunks bool) float64 {
-	n := float64(len(ph.total))
-	if chunks {
-		n = float64(ph.chunks)
-	}
-	if n == 0 {
-		return 0
-	}
-	return us(ph.cpu[proc]) / n
+	return perUnit(us(ph.cpu[proc]), ph, chunks)
 }
 
 // syscallsPer is the named process's read and write system calls per request (per event when
 // chunks).
 func syscallsPer(ph phase, proc string, chunks bool) float64 {
+	return perUnit(float64(ph.syscalls[proc]), ph, chunks)
+}
+
+// perUnit divides x by the phase's requests, or by its events when chunks; 0 when there were none.
+func perUnit(x float64, ph phase, chunks bool) float64 {
 	n := float64(len(ph.total))
 	if chunks {
 		n = float64(ph.chunks)
@@ -122,7 +120,7 @@ func syscallsPer(ph phase, proc string, chunks bool) float64 {
 	if n == 0 {
 		return 0
 	}
-	return float64(ph.syscalls[proc]) / n
+	return x / n
 }
 
 // errsOf counts the failed requests of the direct calls and of those through via.
