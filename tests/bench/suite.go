@@ -171,8 +171,8 @@ func Run(cfg Config) (*Results, error) {
 	res.Short = rounds("streaming 16 tokens, 8 connections",
 		func() phase { return closedLoop(st.direct, shortStream, 8, cfg.Warmup, cfg.Duration, all) },
 		func() phase { return closedLoop(st.gateway, shortStream, 8, cfg.Warmup, cfg.Duration, all) }, nil)
-	// At one connection the cores are mostly idle and the gateway often waits for the simulator's
-	// next chunk; at eight it is busy and its reads find several chunks waiting.
+	// At one connection the cores are mostly idle: the gateway's reads find fewer chunks, and its
+	// threads sleep and wake more often; at eight it is busy and its reads find more chunks waiting.
 	for _, n := range []int{1, 8} {
 		res.Long[n] = rounds("streaming 1,000 tokens, "+connections(n),
 			func() phase { return closedLoop(st.direct, longStream, n, cfg.Warmup, cfg.Duration, all) },
