@@ -60,8 +60,14 @@ type Org struct {
 	Status      OrgStatus    `json:"status"`
 	MaxInFlight int          `json:"max_in_flight"`
 	Balance     money.Amount `json:"balance"`
-	CreatedAt   time.Time    `json:"created_at"`
+	// Reserved is what the organization's requests in flight may still spend: the sum of their
+	// leases' reservations. Available is Balance − Reserved.
+	Reserved  money.Amount `json:"reserved"`
+	CreatedAt time.Time    `json:"created_at"`
 }
+
+// Available is what a new request may reserve: the balance less what requests in flight hold.
+func (o Org) Available() money.Amount { return o.Balance - o.Reserved }
 
 // Key is an API key's stored form. The key itself is never stored: only its SHA-256 hash
 // and its ID, which is the key's non-secret display prefix ("kiln-AbC123xY").
@@ -81,33 +87,57 @@ type Principal struct {
 	MaxInFlight int
 }
 
-// Lease is an in-flight slot held by one request, named by the request's generation id.
+// Lease is an in-flight slot held by one request, named by the request's generation id, with the
+// credits it reserved.
 type Lease struct {
 	OrgID    string
 	HolderID string
 	Expires  time.Time
+	Reserved money.Amount
 }
 
-// AdmitRequest asks for an in-flight slot: the organization must be active, have a balance
-// above zero and fewer than its limit of unexpired holders.
+// AdmitRequest asks for an in-flight slot and a reservation: the organization must be active,
+// have more than zero and at least Reserve available (balance less what its requests in flight
+// reserved), and fewer than its limit of unexpired holders.
 type AdmitRequest struct {
 	OrgID    string
 	HolderID string // the generation id
 	Now      time.Time
 	TTL      time.Duration // zero means DefaultLeaseTTL
+	// Reserve is the most the request can cost; it is held from the balance until settlement.
+	Reserve money.Amount
 }
 
-// Settlement ends a request: it releases the lease, debits Event.Cost from the organization's
-// balance once per generation id, and records the event, unpublished (see Outbox).
+// Settlement ends a request: it releases the lease and its reservation, debits Event.Cost from
+// the organization's balance once per generation id, and records the event, unpublished (see
+// Outbox).
+//
+// The debit never takes the balance below zero. While the lease is held its reservation covers
+// the debit, and what the reservation does not cover is taken from what the organization has
+// available; a lease that expired and was purged has given its reservation back, and then the
+// whole debit comes from what is available. Beyond what is available the debit is capped. A capped debit records the event at the debited cost (Estimated set) and reports
+// the difference in SettleResult.WrittenOff.
 type Settlement struct {
 	Lease Lease
 	Event usage.Event
 	Now   time.Time
 }
 
-// SettleResult tells whether the settlement had already been applied (a replay changes nothing).
+// SettleResult tells whether the settlement had already been applied (a replay changes nothing)
+// and what of the event's cost could not be debited.
 type SettleResult struct {
 	AlreadyApplied bool
+	WrittenOff     money.Amount
+}
+
+// Capped returns the cost to debit and the part written off, for a debit of cost against at most
+// limit (never below zero).
+func Capped(cost, limit money.Amount) (debit, writtenOff money.Amount) {
+	limit = max(limit, 0)
+	if cost <= limit {
+		return cost, 0
+	}
+	return limit, cost - limit
 }
 
 // EntryKind is the kind of a ledger entry.
@@ -146,8 +176,9 @@ type Gateway interface {
 	// Authenticate finds the key with this SHA-256 hash and its organization.
 	// ErrNotFound for an unknown key, ErrKeyRevoked for a revoked one.
 	Authenticate(ctx context.Context, keyHash [32]byte) (Principal, error)
-	// Admit checks the organization (ErrSuspended, ErrInsufficientCredits) and takes a slot
-	// (ErrSlotsFull) in one atomic step.
+	// Admit checks the organization (ErrSuspended, ErrInsufficientCredits when less than
+	// max(Reserve, one picodollar) is available) and takes a slot (ErrSlotsFull) with its
+	// reservation in one atomic step. Expired leases free their slots and reservations.
 	Admit(ctx context.Context, req AdmitRequest) (Lease, error)
 	// Renew extends an unexpired lease by ttl from now; ErrLeaseLost when it is gone.
 	Renew(ctx context.Context, lease Lease, now time.Time, ttl time.Duration) (Lease, error)

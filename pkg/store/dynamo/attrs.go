@@ -92,26 +92,3 @@ func (d *decoder) optTime(name string) time.Time {
 	}
 	return store.FromUnixNanos(d.num(name))
 }
-
-// leases reads a lease map: holder ID → expiry in Unix nanoseconds.
-func (d *decoder) leases(name string) map[string]int64 {
-	v, ok := d.it[name].(*types.AttributeValueMemberM)
-	if !ok {
-		d.fail(name, "a map")
-		return nil
-	}
-	out := make(map[string]int64, len(v.Value))
-	for holder, exp := range v.Value {
-		n, ok := exp.(*types.AttributeValueMemberN)
-		if !ok {
-			d.fail(name+"."+holder, "a number")
-			continue
-		}
-		e, err := strconv.ParseInt(n.Value, 10, 64)
-		if err != nil {
-			d.fail(name+"."+holder, "an int64")
-		}
-		out[holder] = e
-	}
-	return out
-}

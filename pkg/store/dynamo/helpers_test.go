@@ -117,24 +117,25 @@ func testEvent(org, gen string, cost money.Amount) usage.Event {
 	}
 }
 
-// rawLeases reads an organization's lease map straight from the table, expired leases included.
+// rawLeases reads an organization's lease map straight from the table, expired leases included:
+// holder → expiry.
 func rawLeases(t *testing.T, s *dynamo.Store, org string) map[string]string {
 	t.Helper()
 	out, err := s.Client().GetItem(t.Context(), &dynamodb.GetItemInput{
 		TableName:      aws.String(s.Tables().Orgs),
-		Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: org}, "sk": &types.AttributeValueMemberS{Value: "slots"}},
+		Key:            map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: org}, "sk": &types.AttributeValueMemberS{Value: "org"}},
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
-		t.Fatalf("read slots item of %s: %v", org, err)
+		t.Fatalf("read org item of %s: %v", org, err)
 	}
 	m, ok := out.Item["leases"].(*types.AttributeValueMemberM)
 	if !ok {
-		t.Fatalf("slots item of %s has no lease map: %v", org, out.Item)
+		t.Fatalf("org item of %s has no lease map: %v", org, out.Item)
 	}
 	leases := map[string]string{}
 	for h, v := range m.Value {
-		leases[h] = v.(*types.AttributeValueMemberN).Value
+		leases[h] = v.(*types.AttributeValueMemberM).Value["e"].(*types.AttributeValueMemberN).Value
 	}
 	return leases
 }

@@ -57,7 +57,7 @@ func (s *Store) addEntry(ctx context.Context, e store.LedgerEntry) error {
 			{Update: &types.Update{
 				TableName:                 &s.tables.Orgs,
 				Key:                       orgKey(e.OrgID),
-				UpdateExpression:          aws.String("SET balance = balance + :amount"),
+				UpdateExpression:          aws.String("SET balance = balance + :amount, available = available + :amount"),
 				ConditionExpression:       aws.String("attribute_exists(balance)"),
 				ExpressionAttributeValues: item{":amount": nv(int64(e.Amount))},
 			}},

@@ -9,14 +9,13 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 )
 
 // CreateOrg creates an organization with a zero balance — credits arrive only through the
-// ledger — and its empty lease map, in one transaction. A zero MaxInFlight means
+// ledger — and its empty lease map, in one conditional PutItem. A zero MaxInFlight means
 // store.DefaultMaxInFlight and an empty Status means active. ErrExists when the ID is taken.
 func (s *Store) CreateOrg(ctx context.Context, org store.Org) error {
 	if org.ID == "" {
@@ -47,20 +46,17 @@ func (s *Store) CreateOrg(ctx context.Context, org store.Org) error {
 		}
 		orgItem["created_at"] = nv(created)
 	}
-	slots := slotsKey(org.ID)
-	slots["limit"] = nv(int64(org.MaxInFlight))
-	slots["leases"] = emptyMap()
-	c, err := s.transact(ctx, func() []types.TransactWriteItem {
-		return []types.TransactWriteItem{
-			{Put: &types.Put{TableName: &s.tables.Orgs, Item: orgItem, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
-			{Put: &types.Put{TableName: &s.tables.Orgs, Item: slots, ConditionExpression: aws.String("attribute_not_exists(pk)")}},
-		}
+	orgItem["available"] = nv(0)
+	orgItem["leases"] = emptyMap()
+	err := write(ctx, func() error {
+		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.tables.Orgs, Item: orgItem, ConditionExpression: aws.String("attribute_not_exists(pk)")})
+		return err
 	})
-	switch {
-	case err != nil:
-		return fmt.Errorf("create org %s: %w", org.ID, err)
-	case c != nil:
+	if failed, _ := conditionFailed(err); failed {
 		return fmt.Errorf("create org %s: %w", org.ID, store.ErrExists)
+	}
+	if err != nil {
+		return fmt.Errorf("create org %s: %w", org.ID, err)
 	}
 	return nil
 }
@@ -75,6 +71,7 @@ func decodeOrg(it item) (store.Org, error) {
 		Balance:     money.Amount(d.num("balance")),
 		CreatedAt:   d.optTime("created_at"),
 	}
+	o.Reserved = o.Balance - money.Amount(d.num("available"))
 	return o, d.err
 }
 
@@ -156,31 +153,28 @@ func (s *Store) SetOrgStatus(ctx context.Context, orgID string, status store.Org
 	return nil
 }
 
-// SetMaxInFlight sets an organization's in-flight limit on its org item and, in the same
-// transaction, on its slots item, where admission compares it with the number of leases.
-// Holders above a lowered limit keep their leases until they release them.
+// SetMaxInFlight sets an organization's in-flight limit on its org item, where admission compares
+// it with the number of leases. Holders above a lowered limit keep their leases until they
+// release them.
 func (s *Store) SetMaxInFlight(ctx context.Context, orgID string, n int) error {
 	if err := store.CheckOrg(store.OrgActive, n); err != nil {
 		return fmt.Errorf("set limit of %s: %w", orgID, err)
 	}
-	update := func(key item, attr string) types.TransactWriteItem {
-		return types.TransactWriteItem{Update: &types.Update{
+	err := write(ctx, func() error {
+		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 &s.tables.Orgs,
-			Key:                       key,
-			UpdateExpression:          aws.String("SET #attr = :n"),
+			Key:                       orgKey(orgID),
+			UpdateExpression:          aws.String("SET max_in_flight = :n"),
 			ConditionExpression:       aws.String("attribute_exists(pk)"),
-			ExpressionAttributeNames:  names("#attr", attr),
 			ExpressionAttributeValues: item{":n": nv(int64(n))},
-		}}
-	}
-	c, err := s.transact(ctx, func() []types.TransactWriteItem {
-		return []types.TransactWriteItem{update(orgKey(orgID), "max_in_flight"), update(slotsKey(orgID), "limit")}
+		})
+		return err
 	})
-	switch {
-	case err != nil:
-		return fmt.Errorf("set limit of %s: %w", orgID, err)
-	case c != nil:
+	if failed, _ := conditionFailed(err); failed {
 		return fmt.Errorf("set limit of %s: %w", orgID, store.ErrNotFound)
+	}
+	if err != nil {
+		return fmt.Errorf("set limit of %s: %w", orgID, err)
 	}
 	return nil
 }

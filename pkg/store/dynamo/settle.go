@@ -21,22 +21,23 @@ import (
 // UsageByStartIndex is the usage table's global secondary index: org_id, then started_at.
 const UsageByStartIndex = "by-started"
 
-// Settle ends a request in one TransactWriteItems of up to four items:
+// Settle ends a request in one TransactWriteItems of up to three items:
 //
-//  1. the org item: balance = balance - cost, on the condition that it exists (for a zero cost a
-//     ConditionCheck only: zero-cost requests write no ledger entry);
+//  1. the org item: REMOVE leases.<holder>, balance = balance - cost, available = available +
+//     (reserved - cost), on the condition that the lease is still held with its reservation;
 //  2. the usage item, put on the condition that the organization has none for this generation;
-//  3. the debit, a ledger entry keyed by the generation id, put on the same kind of condition;
-//  4. the slots item: REMOVE leases.<holder>.
+//  3. the debit, a ledger entry keyed by the generation id, put on the same kind of condition
+//     (zero-cost requests write no ledger entry).
 //
-// The release touches only this holder's own entry of the lease map, so it needs no condition of
-// its own: a lease that expired and was purged, or never existed, leaves nothing to remove, and
-// the debit and the record still happen in the same round trip. A generation already settled
-// fails condition 2 and the whole transaction changes nothing: AlreadyApplied. The usage item
-// carries a token drawn once per call, so that when a try of this very call committed and its
-// response was lost (the SDK then retries, and a server that ignores ClientRequestToken, such as
-// moto, runs the transaction again), the failed condition's item shows this call's own token and
-// the settlement is reported as applied, not as a replay.
+// A cost above the lease's reservation is capped at it. When the lease is no longer held (it
+// expired and an admission purged it, giving its reservation back), the transaction is tried again
+// without the lease: balance and available both less the cost, on the condition that as much is
+// available, and otherwise capped at what is: the balance never goes below zero. A generation
+// already settled fails condition 2 and the whole transaction changes nothing: AlreadyApplied.
+// The usage item carries a token drawn once per call, so that when a try of this very call
+// committed and its response was lost (the SDK then retries, and a server that ignores
+// ClientRequestToken, such as moto, runs the transaction again), the failed condition's item shows
+// this call's own token and the settlement is reported as applied, not as a replay.
 func (s *Store) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
 	e := st.Event
 	res, err := s.settle(ctx, st)
@@ -45,6 +46,9 @@ func (s *Store) Settle(ctx context.Context, st store.Settlement) (store.SettleRe
 	}
 	return res, nil
 }
+
+// settleRounds bounds the tries of one settlement: with its lease, without it, and capped.
+const settleRounds = 3
 
 func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
 	e := st.Event
@@ -61,74 +65,125 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleRe
 		return store.SettleResult{}, err
 	}
 	token := rand.Text()
-	usageItem, err := eventItem(e, now, token)
-	if err != nil {
-		return store.SettleResult{}, err
-	}
-	c, err := s.transact(ctx, func() []types.TransactWriteItem {
-		var items []types.TransactWriteItem
-		if e.Cost > 0 {
-			items = append(items, types.TransactWriteItem{Update: &types.Update{
-				TableName:                 &s.tables.Orgs,
-				Key:                       orgKey(e.OrgID),
-				UpdateExpression:          aws.String("SET balance = balance - :cost"),
-				ConditionExpression:       aws.String("attribute_exists(balance)"),
-				ExpressionAttributeValues: item{":cost": nv(int64(e.Cost))},
-			}})
-		} else {
-			items = append(items, types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
-				TableName:           &s.tables.Orgs,
-				Key:                 orgKey(e.OrgID),
-				ConditionExpression: aws.String("attribute_exists(balance)"),
-			}})
+	cost, off := e.Cost, money.Amount(0)
+	held := st.Lease.HolderID != ""
+	for range settleRounds {
+		e.Cost, e.Estimated = cost, st.Event.Estimated || off > 0
+		usageItem, err := eventItem(e, now, token)
+		if err != nil {
+			return store.SettleResult{}, err
 		}
-		items = append(items, types.TransactWriteItem{Put: &types.Put{
-			TableName:                           &s.tables.Usage,
-			Item:                                usageItem,
-			ConditionExpression:                 aws.String("attribute_not_exists(generation_id)"),
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}})
-		if e.Cost > 0 {
-			debit := store.LedgerEntry{ID: e.GenerationID, OrgID: e.OrgID, Kind: store.EntryDebit, Amount: -e.Cost, Note: e.Model}
+		c, err := s.transact(ctx, func() []types.TransactWriteItem {
+			items := []types.TransactWriteItem{s.settleOrg(st.Lease, e.OrgID, cost, held)}
 			items = append(items, types.TransactWriteItem{Put: &types.Put{
-				TableName:           &s.tables.Ledger,
-				Item:                ledgerItem(debit, now),
-				ConditionExpression: aws.String("attribute_not_exists(entry_id)"),
+				TableName:                           &s.tables.Usage,
+				Item:                                usageItem,
+				ConditionExpression:                 aws.String("attribute_not_exists(generation_id)"),
+				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 			}})
-		}
-		if st.Lease.HolderID != "" {
-			items = append(items, types.TransactWriteItem{Update: &types.Update{
-				TableName:                &s.tables.Orgs,
-				Key:                      slotsKey(e.OrgID),
-				UpdateExpression:         aws.String("REMOVE leases.#holder"),
-				ConditionExpression:      aws.String("attribute_exists(leases)"),
-				ExpressionAttributeNames: names("#holder", st.Lease.HolderID),
-			}})
-		}
-		return items
-	})
-	if err != nil {
-		return store.SettleResult{}, err
-	}
-	if c == nil {
-		return store.SettleResult{}, nil
-	}
-	if failed, _ := c.failed(0); failed {
-		return store.SettleResult{}, store.ErrNotFound
-	}
-	if failed, recorded := c.failed(1); failed {
-		if recorded != nil {
-			d := decoder{it: recorded}
-			if d.has("settlement_token") && d.str("settlement_token") == token {
-				return store.SettleResult{}, nil // an earlier try of this call committed
+			if cost > 0 {
+				debit := store.LedgerEntry{ID: e.GenerationID, OrgID: e.OrgID, Kind: store.EntryDebit, Amount: -cost, Note: e.Model}
+				items = append(items, types.TransactWriteItem{Put: &types.Put{
+					TableName:           &s.tables.Ledger,
+					Item:                ledgerItem(debit, now),
+					ConditionExpression: aws.String("attribute_not_exists(entry_id)"),
+				}})
 			}
+			return items
+		})
+		if err != nil {
+			return store.SettleResult{}, err
 		}
-		return store.SettleResult{AlreadyApplied: true}, nil
+		if c == nil {
+			return store.SettleResult{WrittenOff: off}, nil
+		}
+		if failed, recorded := c.failed(1); failed {
+			if recorded != nil {
+				d := decoder{it: recorded}
+				if d.has("settlement_token") && d.str("settlement_token") == token {
+					return store.SettleResult{WrittenOff: off}, nil // an earlier try of this call committed
+				}
+			}
+			return store.SettleResult{AlreadyApplied: true}, nil
+		}
+		if failed, org := c.failed(0); failed {
+			if org == nil {
+				return store.SettleResult{}, store.ErrNotFound
+			}
+			d := decoder{it: org}
+			available := d.num("available")
+			if d.err != nil {
+				return store.SettleResult{}, fmt.Errorf("org item: %w", d.err)
+			}
+			limit := money.Amount(available)
+			if held {
+				l, still := d.leaseMap("leases")[st.Lease.HolderID]
+				switch {
+				case !still:
+					held = false // the lease lapsed and gave its reservation back: settle without it
+				case l.reserved != int64(st.Lease.Reserved):
+					return store.SettleResult{}, fmt.Errorf("lease %s is held with another reservation than %s", st.Lease.HolderID, st.Lease.Reserved)
+				default:
+					limit += st.Lease.Reserved // too little available beyond the reservation
+				}
+			}
+			cost, off = store.Capped(st.Event.Cost, limit)
+			continue
+		}
+		if failed, _ := c.failed(2); failed && cost > 0 {
+			return store.SettleResult{}, fmt.Errorf("ledger entry %s exists but is no debit of this generation: %w", e.GenerationID, store.ErrExists)
+		}
+		return store.SettleResult{}, fmt.Errorf("transaction cancelled: %v", c)
 	}
-	if failed, _ := c.failed(2); failed && e.Cost > 0 {
-		return store.SettleResult{}, fmt.Errorf("ledger entry %s exists but is no debit of this generation: %w", e.GenerationID, store.ErrExists)
+	return store.SettleResult{}, fmt.Errorf("the organization's item kept changing during %d rounds", settleRounds)
+}
+
+// settleOrg is a settlement's write of the org item: with the lease, it releases the lease and
+// its reservation and debits cost (what the reservation does not cover on the condition that it
+// is available); without it, it debits cost from the balance and from what is available, on the
+// condition that as much is available.
+func (s *Store) settleOrg(lease store.Lease, orgID string, cost money.Amount, held bool) types.TransactWriteItem {
+	if held {
+		cond := "leases.#holder.r = :reserved"
+		v := item{":cost": nv(int64(cost)), ":back": nv(int64(lease.Reserved - cost)), ":reserved": nv(int64(lease.Reserved))}
+		if excess := cost - lease.Reserved; excess > 0 {
+			cond += " AND available >= :excess"
+			v[":excess"] = nv(int64(excess))
+		}
+		return types.TransactWriteItem{Update: &types.Update{
+			TableName:                           &s.tables.Orgs,
+			Key:                                 orgKey(orgID),
+			UpdateExpression:                    aws.String("REMOVE leases.#holder SET balance = balance - :cost, available = available + :back"),
+			ConditionExpression:                 aws.String(cond),
+			ExpressionAttributeNames:            names("#holder", lease.HolderID),
+			ExpressionAttributeValues:           v,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}}
 	}
-	return store.SettleResult{}, fmt.Errorf("transaction cancelled: %v", c)
+	cond := "attribute_exists(pk)"
+	var n map[string]string
+	if lease.HolderID != "" {
+		cond += " AND attribute_not_exists(leases.#holder)"
+		n = names("#holder", lease.HolderID)
+	}
+	if cost == 0 {
+		return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
+			TableName:                           &s.tables.Orgs,
+			Key:                                 orgKey(orgID),
+			ConditionExpression:                 aws.String(cond),
+			ExpressionAttributeNames:            n,
+			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		}}
+	}
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                           &s.tables.Orgs,
+		Key:                                 orgKey(orgID),
+		UpdateExpression:                    aws.String("SET balance = balance - :cost, available = available - :cost"),
+		ConditionExpression:                 aws.String(cond + " AND available >= :cost"),
+		ExpressionAttributeNames:            n,
+		ExpressionAttributeValues:           item{":cost": nv(int64(cost))},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+	}}
 }
 
 // eventItem is the usage item of an event: the wire names of the event's fields, the cost in

@@ -88,7 +88,7 @@ func TestSettleReplayDebitsOnce(t *testing.T) {
 // and that it holds its lease, and the tables hold one debit and one lease.
 func TestLostResponses(t *testing.T) {
 	eachServer(t, func(t *testing.T, srv *dynamotest.Server) {
-		lose := &loseResponse{op: "TransactWriteItems"}
+		lose := &loseResponse{op: "UpdateItem"} // admission; settlement is a TransactWriteItems
 		cfg := srv.Config()
 		cfg.HTTPClient = lose
 		s := srv.OpenStore(t, cfg)
@@ -106,6 +106,7 @@ func TestLostResponses(t *testing.T) {
 			t.Errorf("lease map = %v, want just gen-1", leases)
 		}
 
+		lose.op = "TransactWriteItems"
 		lose.armed.Store(true)
 		res, err := s.Settle(t.Context(), store.Settlement{Lease: lease, Event: testEvent("org-a", "gen-1", 4_242), Now: at(time.Second)})
 		if err != nil || res.AlreadyApplied {

@@ -12,42 +12,60 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 )
 
-// Items of the orgs table: each organization has an org item and a slots item under its ID;
-// the maintenance window is an item of its own.
+// Items of the orgs table: each organization has one org item under its ID, which holds its
+// status, limit, balance, what is available of the balance, and its lease map; the maintenance
+// window is an item of its own.
+//
+// One item for all of it makes admission a single conditional UpdateItem: one round trip, one
+// write unit, and no transaction — so that a flood of refused admissions (failed conditions on
+// single writes) can never cancel the settlements' transactions on the same item, which
+// DynamoDB cancels only for other transactions.
 const (
 	skOrg         = "org"
-	skSlots       = "slots"
 	pkSettings    = "#kiln"
 	skMaintenance = "maintenance"
 )
 
-func orgKey(orgID string) item   { return keyOf("pk", orgID, "sk", skOrg) }
-func slotsKey(orgID string) item { return keyOf("pk", orgID, "sk", skSlots) }
+func orgKey(orgID string) item { return keyOf("pk", orgID, "sk", skOrg) }
+
+// A lease map entry is {e: expiry in Unix nanoseconds, r: reserved picodollars}.
+type leaseEntry struct {
+	expires  int64
+	reserved int64
+}
+
+func leaseValue(expires, reserved int64) types.AttributeValue {
+	return &types.AttributeValueMemberM{Value: item{"e": nv(expires), "r": nv(reserved)}}
+}
 
 // maxAdmitRounds bounds the purge-and-retry rounds of one admission: a round is needed only when
-// expired leases of crashed holders fill the map, and each round clears those it saw.
+// expired leases of crashed holders fill the map or hold the credits, and each round clears those
+// it saw.
 const maxAdmitRounds = 4
 
 // purgeBatch is how many expired leases one purge removes, to stay well inside DynamoDB's limit
 // on the length of an update expression.
 const purgeBatch = 50
 
-// Admit checks the organization and takes a lease in one TransactWriteItems:
+// Admit checks the organization, takes a lease and reserves its credits in one conditional
+// UpdateItem of the org item:
 //
-//  1. a ConditionCheck on the org item: status = active AND balance > 0;
-//  2. an Update of the slots item: SET leases.<holder> = <expiry>, on the condition that the
-//     holder has no lease yet and size(leases) < limit.
+//	SET leases.<holder> = {e: expiry, r: reserve}, available = available - reserve
+//	IF status = active AND available >= reserve AND available > 0
+//	   AND size(leases) < max_in_flight AND attribute_not_exists(leases.<holder>)
 //
-// When DynamoDB cancels it, the items as they were decide the answer, in the contract's order:
-// a missing org item is ErrNotFound, a status other than active ErrSuspended, a balance ≤ 0
-// ErrInsufficientCredits; then limit or more unexpired leases are ErrSlotsFull. Expired leases
-// of crashed holders still count in size(leases): when they are what fills the map, Admit
-// removes them (each on the condition that it is unchanged) and tries again. A lease already
-// held by this holder with this very expiry means an earlier try of this call committed (its
-// response was lost): that is success. Another lease of the same holder is ErrExists.
+// When the condition fails, the item as it was decides the answer, in the contract's order: a
+// missing item is ErrNotFound, a status other than active ErrSuspended, too little available
+// ErrInsufficientCredits, then limit or more unexpired leases ErrSlotsFull. Expired leases of
+// crashed holders still count in size(leases) and still hold their reservations: when they are
+// what stands in the way, Admit removes them and gives their reservations back (each on the
+// condition that it is unchanged) and tries again. A lease already held by this holder with this
+// very expiry means an earlier try of this call committed (its response was lost): that is
+// success. Another lease of the same holder is ErrExists.
 func (s *Store) Admit(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
 	lease, err := s.admit(ctx, req)
 	if err != nil {
@@ -61,122 +79,111 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 	if err != nil {
 		return store.Lease{}, err
 	}
-	lease := store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires)}
-	build := func() []types.TransactWriteItem {
-		return []types.TransactWriteItem{
-			{ConditionCheck: &types.ConditionCheck{
-				TableName:                           &s.tables.Orgs,
-				Key:                                 orgKey(req.OrgID),
-				ConditionExpression:                 aws.String("#status = :active AND balance > :zero"),
-				ExpressionAttributeNames:            names("#status", "status"),
-				ExpressionAttributeValues:           item{":active": sv(string(store.OrgActive)), ":zero": nv(0)},
-				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-			}},
-			{Update: &types.Update{
-				TableName:                           &s.tables.Orgs,
-				Key:                                 slotsKey(req.OrgID),
-				UpdateExpression:                    aws.String("SET leases.#holder = :expires"),
-				ConditionExpression:                 aws.String("attribute_not_exists(leases.#holder) AND size(leases) < #limit"),
-				ExpressionAttributeNames:            names("#holder", req.HolderID, "#limit", "limit"),
-				ExpressionAttributeValues:           item{":expires": nv(expires)},
-				ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-			}},
-		}
+	if req.Reserve < 0 {
+		return store.Lease{}, fmt.Errorf("negative reservation %s", req.Reserve)
+	}
+	reserve := int64(req.Reserve)
+	lease := store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires), Reserved: req.Reserve}
+	in := &dynamodb.UpdateItemInput{
+		TableName:        &s.tables.Orgs,
+		Key:              orgKey(req.OrgID),
+		UpdateExpression: aws.String("SET leases.#holder = :lease, available = available - :reserve"),
+		ConditionExpression: aws.String("#status = :active AND available >= :reserve AND available > :zero" +
+			" AND size(leases) < max_in_flight AND attribute_not_exists(leases.#holder)"),
+		ExpressionAttributeNames: names("#holder", req.HolderID, "#status", "status"),
+		ExpressionAttributeValues: item{
+			":lease": leaseValue(expires, reserve), ":reserve": nv(reserve),
+			":active": sv(string(store.OrgActive)), ":zero": nv(0),
+		},
+		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
 	for range maxAdmitRounds {
-		c, err := s.transact(ctx, build)
+		err := write(ctx, func() error {
+			_, err := s.db.UpdateItem(ctx, in)
+			return err
+		})
+		if err == nil {
+			return lease, nil
+		}
 		if itemTooLarge(err) {
 			// The lease map holds several thousand leases; past DynamoDB's 400 KB item size the
 			// organization has no room for more, whatever its limit says.
 			return store.Lease{}, fmt.Errorf("lease map at the item size limit: %w", store.ErrSlotsFull)
 		}
-		if err != nil {
+		failed, org := conditionFailed(err)
+		if !failed {
 			return store.Lease{}, err
 		}
-		if c == nil {
-			return lease, nil
-		}
-		if failed, org := c.failed(0); failed {
-			return store.Lease{}, orgRefusal(org)
-		}
-		failed, slots := c.failed(1)
-		if !failed {
-			return store.Lease{}, fmt.Errorf("transaction cancelled: %v", c)
-		}
-		if slots == nil {
+		if org == nil {
 			return store.Lease{}, store.ErrNotFound
 		}
-		d := decoder{it: slots}
-		limit, leases := d.num("limit"), d.leases("leases")
+		d := decoder{it: org}
+		status, available, limit := store.OrgStatus(d.str("status")), d.num("available"), d.num("max_in_flight")
+		leases := d.leaseMap("leases")
 		if d.err != nil {
-			return store.Lease{}, fmt.Errorf("slots item: %w", d.err)
+			return store.Lease{}, fmt.Errorf("org item: %w", d.err)
 		}
-		if exp, ok := leases[req.HolderID]; ok {
-			if exp == expires {
+		if l, ok := leases[req.HolderID]; ok {
+			if l.expires == expires && l.reserved == reserve {
 				return lease, nil // an earlier try of this call took it
 			}
 			return store.Lease{}, fmt.Errorf("holder %s: %w", req.HolderID, store.ErrExists)
 		}
 		var expired []string
-		held := int64(0)
-		for holder, exp := range leases {
-			if exp > now {
+		held, freed := int64(0), int64(0)
+		for holder, l := range leases {
+			if l.expires > now {
 				held++
 			} else {
 				expired = append(expired, holder)
+				freed += l.reserved
 			}
 		}
-		if held >= limit {
+		switch {
+		case status != store.OrgActive:
+			return store.Lease{}, store.ErrSuspended
+		case !fits(available+freed, reserve):
+			return store.Lease{}, store.ErrInsufficientCredits
+		case held >= limit:
 			return store.Lease{}, store.ErrSlotsFull
-		}
-		if len(expired) == 0 {
-			return store.Lease{}, fmt.Errorf("slots item refused a lease with %d of %d held and none expired", held, limit)
+		case len(expired) == 0:
+			return store.Lease{}, fmt.Errorf("org item refused a lease with %d of %d held, %d available and none expired", held, limit, available)
 		}
 		if err := s.purge(ctx, req.OrgID, expired, leases); err != nil {
 			return store.Lease{}, err
 		}
 	}
-	return store.Lease{}, fmt.Errorf("slots of %s kept changing during %d rounds", req.OrgID, maxAdmitRounds)
+	return store.Lease{}, fmt.Errorf("leases of %s kept changing during %d rounds", req.OrgID, maxAdmitRounds)
 }
 
-// orgRefusal names the reason the org item refused an admission, from the item as it was.
-func orgRefusal(org item) error {
-	if org == nil {
-		return store.ErrNotFound
-	}
-	d := decoder{it: org}
-	status, balance := store.OrgStatus(d.str("status")), d.num("balance")
-	switch {
-	case d.err != nil:
-		return fmt.Errorf("org item: %w", d.err)
-	case status != store.OrgActive:
-		return store.ErrSuspended
-	case balance <= 0:
-		return store.ErrInsufficientCredits
-	}
-	return fmt.Errorf("org item refused an admission while active with balance %d", balance)
-}
+// fits reports whether a reservation fits what is available: at least the reservation, and
+// always more than zero (a request is never admitted on an empty balance).
+func fits(available, reserve int64) bool { return available >= reserve && available > 0 }
 
-// purge removes expired leases from an organization's lease map, each only if it still has the
-// expiry it was seen with: a lease renewed or released meanwhile is left alone. A purge that
-// finds the map changed does nothing; the admission that asked for it looks again.
-func (s *Store) purge(ctx context.Context, orgID string, expired []string, leases map[string]int64) error {
+// purge removes expired leases from an organization's lease map and gives their reservations
+// back to what is available, each only if it still has the expiry it was seen with: a lease
+// renewed or released meanwhile is left alone. A purge that finds the map changed does nothing;
+// the admission that asked for it looks again.
+func (s *Store) purge(ctx context.Context, orgID string, expired []string, leases map[string]leaseEntry) error {
 	slices.Sort(expired)
 	for batch := range slices.Chunk(expired, purgeBatch) {
 		var remove, cond []string
 		n := map[string]string{}
 		v := item{}
+		freed := int64(0)
 		for i, holder := range batch {
 			h, e := "#h"+strconv.Itoa(i), ":e"+strconv.Itoa(i)
-			n[h], v[e] = holder, nv(leases[holder])
+			n[h], v[e] = holder, nv(leases[holder].expires)
 			remove = append(remove, "leases."+h)
-			cond = append(cond, "leases."+h+" = "+e)
+			cond = append(cond, "leases."+h+".e = "+e)
+			freed += leases[holder].reserved
 		}
+		v[":freed"] = nv(freed)
 		err := write(ctx, func() error {
 			_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 				TableName:                 &s.tables.Orgs,
-				Key:                       slotsKey(orgID),
-				UpdateExpression:          aws.String("REMOVE " + strings.Join(remove, ", ")),
+				Key:                       orgKey(orgID),
+				UpdateExpression:          aws.String("REMOVE " + strings.Join(remove, ", ") + " SET available = available + :freed"),
 				ConditionExpression:       aws.String(strings.Join(cond, " AND ")),
 				ExpressionAttributeNames:  n,
 				ExpressionAttributeValues: v,
@@ -222,9 +229,9 @@ func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 	err = write(ctx, func() error {
 		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 &s.tables.Orgs,
-			Key:                       slotsKey(lease.OrgID),
-			UpdateExpression:          aws.String("SET leases.#holder = :expires"),
-			ConditionExpression:       aws.String("leases.#holder > :now"),
+			Key:                       orgKey(lease.OrgID),
+			UpdateExpression:          aws.String("SET leases.#holder.e = :expires"),
+			ConditionExpression:       aws.String("leases.#holder.e > :now"),
 			ExpressionAttributeNames:  names("#holder", lease.HolderID),
 			ExpressionAttributeValues: item{":expires": nv(expires), ":now": nv(n)},
 		})
@@ -241,7 +248,7 @@ func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 }
 
 // InFlight lists the organization's unexpired leases at now, by holder ID, from one strongly
-// consistent read of its slots item.
+// consistent read of its org item.
 func (s *Store) InFlight(ctx context.Context, orgID string, now time.Time) ([]store.Lease, error) {
 	leases, err := s.inFlight(ctx, orgID, now)
 	if err != nil {
@@ -257,7 +264,7 @@ func (s *Store) inFlight(ctx context.Context, orgID string, now time.Time) ([]st
 	}
 	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
 		TableName:      &s.tables.Orgs,
-		Key:            slotsKey(orgID),
+		Key:            orgKey(orgID),
 		ConsistentRead: aws.Bool(true),
 	})
 	if err != nil {
@@ -267,16 +274,39 @@ func (s *Store) inFlight(ctx context.Context, orgID string, now time.Time) ([]st
 		return nil, store.ErrNotFound
 	}
 	d := decoder{it: out.Item}
-	leases := d.leases("leases")
+	leases := d.leaseMap("leases")
 	if d.err != nil {
 		return nil, d.err
 	}
 	var held []store.Lease
-	for holder, exp := range leases {
-		if exp > n {
-			held = append(held, store.Lease{OrgID: orgID, HolderID: holder, Expires: store.FromUnixNanos(exp)})
+	for holder, l := range leases {
+		if l.expires > n {
+			held = append(held, store.Lease{OrgID: orgID, HolderID: holder, Expires: store.FromUnixNanos(l.expires), Reserved: money.Amount(l.reserved)})
 		}
 	}
 	slices.SortFunc(held, func(a, b store.Lease) int { return strings.Compare(a.HolderID, b.HolderID) })
 	return held, nil
+}
+
+// leaseMap reads a lease map: holder ID → {e, r}.
+func (d *decoder) leaseMap(name string) map[string]leaseEntry {
+	v, ok := d.it[name].(*types.AttributeValueMemberM)
+	if !ok {
+		d.fail(name, "a map")
+		return nil
+	}
+	out := make(map[string]leaseEntry, len(v.Value))
+	for holder, lv := range v.Value {
+		m, ok := lv.(*types.AttributeValueMemberM)
+		if !ok {
+			d.fail(name+"."+holder, "a map")
+			continue
+		}
+		sub := decoder{it: m.Value}
+		out[holder] = leaseEntry{expires: sub.num("e"), reserved: sub.num("r")}
+		if sub.err != nil && d.err == nil {
+			d.err = fmt.Errorf("%s.%s: %w", name, holder, sub.err)
+		}
+	}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 )
 
@@ -29,17 +30,22 @@ import (
 const LockName = "gateway.lock"
 
 // memSlots are the in-flight slots of a Store with OwnSlots: per organization, holder ID →
-// expiry in Unix nanoseconds. Expired holders are dropped when an admission finds them, as the
-// leases table's are.
+// expiry in Unix nanoseconds and reservation. Expired holders are dropped, and their reservations
+// given back, when an admission finds them, as the leases table's are.
 type memSlots struct {
 	mu      sync.Mutex
-	holders map[string]map[string]int64
+	holders map[string]map[string]slot
 	changed bool          // since the last snapshot
 	wake    chan struct{} // the mirror has a change to copy
 }
 
+// slot is one holder's lease: its expiry in Unix nanoseconds and its reservation in picodollars.
+type slot struct {
+	expires, reserved int64
+}
+
 func newMemSlots() *memSlots {
-	return &memSlots{holders: map[string]map[string]int64{}, wake: make(chan struct{}, 1)}
+	return &memSlots{holders: map[string]map[string]slot{}, wake: make(chan struct{}, 1)}
 }
 
 // change records that the slots changed and wakes the mirror; m.mu is held.
@@ -51,41 +57,73 @@ func (m *memSlots) change() {
 	}
 }
 
-// admit takes a slot for holder under limit, at now until expires.
-func (m *memSlots) admit(orgID, holderID string, limit int, now, expires int64) error {
+// admit takes a slot for holder under limit, at now until expires, reserving reserve of balance:
+// what the organization's other holders reserve plus reserve must fit the balance.
+func (m *memSlots) admit(orgID, holderID string, limit int, balance, reserve, now, expires int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	held := m.holders[orgID]
 	if held == nil {
-		held = map[string]int64{}
+		held = map[string]slot{}
 		m.holders[orgID] = held
 	}
-	for h, exp := range held {
-		if exp <= now {
+	reserved := int64(0)
+	for h, sl := range held {
+		if sl.expires <= now {
 			delete(held, h)
 			m.change()
+			continue
 		}
+		reserved += sl.reserved
 	}
 	if _, ok := held[holderID]; ok {
 		return fmt.Errorf("holder %s: %w", holderID, store.ErrExists)
 	}
+	if available := balance - reserved; available < reserve || available <= 0 {
+		return store.ErrInsufficientCredits
+	}
 	if len(held) >= limit {
 		return store.ErrSlotsFull
 	}
-	held[holderID] = expires
+	held[holderID] = slot{expires: expires, reserved: reserve}
 	m.change()
 	return nil
+}
+
+// reserved is what an organization's holders reserve, expired holders not yet dropped included.
+func (m *memSlots) reserved(orgID string) money.Amount {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sum := int64(0)
+	for _, sl := range m.holders[orgID] {
+		sum += sl.reserved
+	}
+	return money.Amount(sum)
+}
+
+// othersReserved is what an organization's unexpired holders other than holderID reserve.
+func (m *memSlots) othersReserved(orgID, holderID string, now int64) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sum := int64(0)
+	for h, sl := range m.holders[orgID] {
+		if h != holderID && sl.expires > now {
+			sum += sl.reserved
+		}
+	}
+	return sum
 }
 
 // renew moves an unexpired holder's expiry; ErrLeaseLost when it is gone or expired.
 func (m *memSlots) renew(orgID, holderID string, now, expires int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	exp, ok := m.holders[orgID][holderID]
-	if !ok || exp <= now {
+	sl, ok := m.holders[orgID][holderID]
+	if !ok || sl.expires <= now {
 		return store.ErrLeaseLost
 	}
-	m.holders[orgID][holderID] = expires
+	sl.expires = expires
+	m.holders[orgID][holderID] = sl
 	m.change()
 	return nil
 }
@@ -109,9 +147,9 @@ func (m *memSlots) inFlight(orgID string, now int64) []store.Lease {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var leases []store.Lease
-	for h, exp := range m.holders[orgID] {
-		if exp > now {
-			leases = append(leases, store.Lease{OrgID: orgID, HolderID: h, Expires: store.FromUnixNanos(exp)})
+	for h, sl := range m.holders[orgID] {
+		if sl.expires > now {
+			leases = append(leases, store.Lease{OrgID: orgID, HolderID: h, Expires: store.FromUnixNanos(sl.expires), Reserved: money.Amount(sl.reserved)})
 		}
 	}
 	slices.SortFunc(leases, func(a, b store.Lease) int { return strings.Compare(a.HolderID, b.HolderID) })
@@ -127,8 +165,8 @@ func (m *memSlots) snapshot() (leases []store.Lease, changed bool) {
 	}
 	m.changed = false
 	for org, held := range m.holders {
-		for h, exp := range held {
-			leases = append(leases, store.Lease{OrgID: org, HolderID: h, Expires: store.FromUnixNanos(exp)})
+		for h, sl := range held {
+			leases = append(leases, store.Lease{OrgID: org, HolderID: h, Expires: store.FromUnixNanos(sl.expires), Reserved: money.Amount(sl.reserved)})
 		}
 	}
 	return leases, true
@@ -203,7 +241,7 @@ func (s *Store) mirror(ctx context.Context, leases []store.Lease) error {
 		}
 		insert := s.stmt(ctx, tx, s.st.mirrorInsert)
 		for _, l := range leases {
-			if _, err := insert.ExecContext(ctx, l.OrgID, l.HolderID, l.Expires.UnixNano()); err != nil {
+			if _, err := insert.ExecContext(ctx, l.OrgID, l.HolderID, l.Expires.UnixNano(), int64(l.Reserved)); err != nil {
 				return err
 			}
 		}
@@ -237,15 +275,68 @@ type admitRow struct {
 
 // orgRows are a gateway's Store's copies of the organization rows admission reads. Every change
 // this Store makes to an organization bumps its version, so that a copy read from the database
-// before the change never replaces what the change left.
+// before the change never replaces what the change left; and while a settlement of the
+// organization is being written no copy is kept at all, since one read during the write may or
+// may not hold its debit, which end then applies to the copy once the write committed.
 type orgRows struct {
 	mu       sync.Mutex
 	rows     map[string]admitRow
 	versions map[string]uint64
+	pending  map[string]*pendingDebits
+}
+
+// pendingDebits are the settlements of one organization begun and not yet ended, and what they
+// debit.
+type pendingDebits struct {
+	n   int
+	sum int64
 }
 
 func newOrgRows() *orgRows {
-	return &orgRows{rows: map[string]admitRow{}, versions: map[string]uint64{}}
+	return &orgRows{rows: map[string]admitRow{}, versions: map[string]uint64{}, pending: map[string]*pendingDebits{}}
+}
+
+// begin caps a settlement's cost at what the organization can pay — its balance (the kept copy
+// when there is one, else read, which the caller passes) less what other settlements being
+// written debit and less the reservations of its other holders (others) — and records it as being
+// written. It returns what to debit.
+func (o *orgRows) begin(orgID string, read int64, cost int64, others func() int64) int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.versions[orgID]++
+	balance := read
+	if r, ok := o.rows[orgID]; ok {
+		balance = r.balance
+	}
+	p := o.pending[orgID]
+	if p == nil {
+		p = &pendingDebits{}
+		o.pending[orgID] = p
+	}
+	debit, _ := store.Capped(money.Amount(cost), money.Amount(balance-p.sum-others()))
+	p.n++
+	p.sum += int64(debit)
+	return int64(debit)
+}
+
+// end records that a settlement begun with begin was written, debiting committed of the planned
+// debit (zero when it failed or changed nothing), and takes that off the kept copy, which was
+// read before begin.
+func (o *orgRows) end(orgID string, planned, committed int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.versions[orgID]++
+	if p := o.pending[orgID]; p != nil {
+		p.n--
+		p.sum -= planned
+		if p.n <= 0 {
+			delete(o.pending, orgID)
+		}
+	}
+	if r, ok := o.rows[orgID]; ok {
+		r.balance -= committed
+		o.rows[orgID] = r
+	}
 }
 
 // get returns the organization's row if one younger than orgTTL is kept, and otherwise the
@@ -260,24 +351,22 @@ func (o *orgRows) get(orgID string, now time.Time) (admitRow, uint64, bool) {
 	return admitRow{}, o.versions[orgID], false
 }
 
-// put keeps a row read from the database, unless the organization changed since version.
+// put keeps a row read from the database, unless the organization changed since version or a
+// settlement of it is being written.
 func (o *orgRows) put(orgID string, r admitRow, version uint64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.versions[orgID] == version {
+	if o.versions[orgID] == version && o.pending[orgID] == nil {
 		o.rows[orgID] = r
 	}
 }
 
-// debit takes a settled cost off the kept balance.
-func (o *orgRows) debit(orgID string, cost int64) {
+// kept reports whether a copy of the organization's row is kept (of any age).
+func (o *orgRows) kept(orgID string) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.versions[orgID]++
-	if r, ok := o.rows[orgID]; ok {
-		r.balance -= cost
-		o.rows[orgID] = r
-	}
+	_, ok := o.rows[orgID]
+	return ok
 }
 
 // forget drops the kept row after a change this Store made to the organization.

@@ -53,15 +53,17 @@ type scanner interface{ Scan(dest ...any) error }
 
 func scanOrg(row scanner) (store.Org, error) {
 	var (
-		o       store.Org
-		status  string
-		balance int64
-		created sql.NullInt64
+		o        store.Org
+		status   string
+		balance  int64
+		reserved int64
+		created  sql.NullInt64
 	)
-	if err := row.Scan(&o.ID, &o.Name, &status, &o.MaxInFlight, &balance, &created); err != nil {
+	if err := row.Scan(&o.ID, &o.Name, &status, &o.MaxInFlight, &balance, &created, &reserved); err != nil {
 		return store.Org{}, err
 	}
 	o.Status, o.Balance, o.CreatedAt = store.OrgStatus(status), money.Amount(balance), fromOptNanos(created)
+	o.Reserved = money.Amount(reserved)
 	return o, nil
 }
 
@@ -74,13 +76,15 @@ func (s *Store) Org(ctx context.Context, orgID string) (store.Org, error) {
 	if err != nil {
 		return store.Org{}, fmt.Errorf("org %s: %w", orgID, err)
 	}
+	if s.slots != nil {
+		o.Reserved = s.slots.reserved(orgID) // the table holds a copy up to mirrorEvery behind
+	}
 	return o, nil
 }
 
 // Orgs lists every organization, by ID.
 func (s *Store) Orgs(ctx context.Context) ([]store.Org, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT id, name, status, max_in_flight, balance, created_at
-		FROM orgs ORDER BY id`)
+	rows, err := s.r.QueryContext(ctx, `SELECT `+orgColumns+` FROM orgs ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("orgs: %w", err)
 	}
@@ -90,6 +94,9 @@ func (s *Store) Orgs(ctx context.Context) ([]store.Org, error) {
 		o, err := scanOrg(rows)
 		if err != nil {
 			return nil, fmt.Errorf("orgs: %w", err)
+		}
+		if s.slots != nil {
+			o.Reserved = s.slots.reserved(o.ID)
 		}
 		orgs = append(orgs, o)
 	}

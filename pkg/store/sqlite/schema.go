@@ -130,6 +130,11 @@ DROP TABLE rollup_months;
 	`
 ALTER TABLE usage ADD COLUMN folded INTEGER NOT NULL DEFAULT 0;
 `,
+	// 5: a lease holds a reservation of credits (picodollars), the most its request can cost;
+	// the balance less the reservations is what a new request may reserve.
+	`
+ALTER TABLE leases ADD COLUMN reserved INTEGER NOT NULL DEFAULT 0 CHECK (reserved >= 0);
+`,
 }
 
 // migrate brings the schema up to date in one write transaction, so that two processes opening a

@@ -21,22 +21,26 @@ var errApplied = errors.New("already applied")
 // cost, so rejected requests do not fill the ledger with zero entries. The event is recorded
 // unpublished, in the outbox, unless the store folds at settlement (Options), when the same
 // transaction folds it into the aggregates instead and marks the usage row folded.
+//
+// The debit is capped at the balance less the reservations of the organization's other unexpired
+// leases (the request's own reservation covers it while its lease is held), so that it never
+// takes the balance below zero nor what other requests in flight reserved.
 func (s *Store) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
 	e := st.Event
-	err := s.settle(ctx, st)
+	var off money.Amount
+	err := s.settle(ctx, &st, &off)
 	if errors.Is(err, errApplied) {
 		return store.SettleResult{AlreadyApplied: true}, nil
 	}
 	if err != nil {
 		return store.SettleResult{}, fmt.Errorf("settle %s of %s: %w", e.GenerationID, e.OrgID, err)
 	}
-	if s.orgs != nil {
-		s.orgs.debit(e.OrgID, int64(e.Cost))
-	}
-	return store.SettleResult{}, nil
+	return store.SettleResult{WrittenOff: off}, nil
 }
 
-func (s *Store) settle(ctx context.Context, st store.Settlement) error {
+// settle writes the settlement; *off is set to what of the cost was written off. st.Event.Cost
+// is the debited cost afterwards.
+func (s *Store) settle(ctx context.Context, st *store.Settlement, off *money.Amount) (err error) {
 	e := &st.Event // the write below keeps st: a copy of the event would be kept too
 	switch {
 	case e.OrgID == "" || e.GenerationID == "":
@@ -55,17 +59,52 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 		return err
 	}
 	unpublished := sql.NullInt64{Int64: now, Valid: !s.opt.FoldAtSettlement}
-	if s.slots != nil && st.Lease.HolderID != "" {
-		// The request is over: its slot is free now, not after the commit (which a gateway's
-		// store delays to share it; see Options.CommitWindow).
-		s.slots.release(e.OrgID, st.Lease.HolderID)
+	cost := e.Cost
+	if s.slots != nil {
+		var read int64
+		if read, err = s.balanceToCap(ctx, e.OrgID); err != nil {
+			return err
+		}
+		planned := s.orgs.begin(e.OrgID, read, int64(cost), func() int64 {
+			return s.slots.othersReserved(e.OrgID, st.Lease.HolderID, now)
+		})
+		e.Cost, *off = money.Amount(planned), cost-money.Amount(planned)
+		e.Estimated = e.Estimated || *off > 0
+		if st.Lease.HolderID != "" {
+			// The request is over: its slot is free now, not after the commit (which a gateway's
+			// store delays to share it; see Options.CommitWindow).
+			s.slots.release(e.OrgID, st.Lease.HolderID)
+		}
+		defer func() {
+			committed := int64(0)
+			if err == nil {
+				committed = planned
+			}
+			s.orgs.end(e.OrgID, planned, committed)
+		}()
 	}
 	var delta *usage.Delta
 	if s.opt.FoldAtSettlement {
 		d := usage.DeltaOf(*e)
 		delta = &d
 	}
-	return s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	err = s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		if s.slots == nil {
+			// What the debit may take: the balance less the other leases' reservations.
+			var limit int64
+			err := s.stmt(ctx, tx, s.st.settleLimit).QueryRowContext(ctx, e.OrgID, st.Lease.HolderID, now).Scan(&limit)
+			if errors.Is(err, sql.ErrNoRows) {
+				return refuse(store.ErrNotFound)
+			}
+			if err != nil {
+				return err
+			}
+			e.Cost, *off = store.Capped(cost, money.Amount(limit))
+			e.Estimated = st.Event.Estimated || *off > 0
+			if delta != nil {
+				*delta = usage.DeltaOf(*e)
+			}
+		}
 		// The usage row comes first: where it is already there, or the organization is not,
 		// the settlement is refused having changed nothing.
 		res, err := s.stmt(ctx, tx, s.st.settleUsage).ExecContext(ctx,
@@ -108,6 +147,26 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) error {
 		}
 		return nil
 	})
+	return err
+}
+
+// balanceToCap reads the balance a gateway's Store (OwnSlots) caps a settlement's debit at, when
+// it keeps no copy of the organization's row. A read that races with another settlement's commit
+// may already hold that debit, which begin then subtracts again: the cap errs low, never high.
+func (s *Store) balanceToCap(ctx context.Context, orgID string) (int64, error) {
+	if s.orgs.kept(orgID) {
+		return 0, nil // begin uses the copy
+	}
+	var (
+		status  string
+		balance int64
+		limit   int
+	)
+	err := s.st.admitOrg.QueryRowContext(ctx, orgID).Scan(&status, &balance, &limit)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, store.ErrNotFound
+	}
+	return balance, err
 }
 
 func scanEvent(row scanner) (usage.Event, error) {

@@ -28,6 +28,9 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 	if err != nil {
 		return store.Lease{}, err
 	}
+	if req.Reserve < 0 {
+		return store.Lease{}, fmt.Errorf("negative reservation %s", req.Reserve)
+	}
 	if s.slots != nil {
 		return s.admitInMemory(ctx, req, now, expires)
 	}
@@ -35,13 +38,13 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 	err = s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		full = false
 		var (
-			status        string
-			balance       int64
-			limit         int
-			held, expired int
+			status            string
+			balance, reserved int64
+			limit             int
+			held, expired     int
 		)
 		err := s.stmt(ctx, tx, s.st.admitCheck).QueryRowContext(ctx, req.OrgID, now).
-			Scan(&status, &balance, &limit, &held, &expired)
+			Scan(&status, &balance, &limit, &held, &expired, &reserved)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return refuse(store.ErrNotFound)
@@ -49,7 +52,7 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 			return err
 		case store.OrgStatus(status) != store.OrgActive:
 			return refuse(store.ErrSuspended)
-		case balance <= 0:
+		case balance-reserved < int64(req.Reserve) || balance-reserved <= 0:
 			return refuse(store.ErrInsufficientCredits)
 		}
 		if expired > 0 {
@@ -64,7 +67,7 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 			full = true
 			return nil
 		}
-		res, err := s.stmt(ctx, tx, s.st.admitInsert).ExecContext(ctx, req.OrgID, req.HolderID, expires)
+		res, err := s.stmt(ctx, tx, s.st.admitInsert).ExecContext(ctx, req.OrgID, req.HolderID, expires, int64(req.Reserve))
 		if err != nil {
 			return err
 		}
@@ -80,7 +83,7 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 	case full:
 		return store.Lease{}, store.ErrSlotsFull
 	}
-	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires)}, nil
+	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires), Reserved: req.Reserve}, nil
 }
 
 // admitInMemory is admit for a Store with OwnSlots: the organization's row (kept for orgTTL) is
@@ -99,16 +102,13 @@ func (s *Store) admitInMemory(ctx context.Context, req store.AdmitRequest, now, 
 		org.status, org.read = store.OrgStatus(status), time.Now()
 		s.orgs.put(req.OrgID, org, version)
 	}
-	switch {
-	case org.status != store.OrgActive:
+	if org.status != store.OrgActive {
 		return store.Lease{}, store.ErrSuspended
-	case org.balance <= 0:
-		return store.Lease{}, store.ErrInsufficientCredits
 	}
-	if err := s.slots.admit(req.OrgID, req.HolderID, org.limit, now, expires); err != nil {
+	if err := s.slots.admit(req.OrgID, req.HolderID, org.limit, org.balance, int64(req.Reserve), now, expires); err != nil {
 		return store.Lease{}, err
 	}
-	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires)}, nil
+	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires), Reserved: req.Reserve}, nil
 }
 
 // Renew extends an unexpired lease to now+ttl (store.DefaultLeaseTTL when ttl is zero);

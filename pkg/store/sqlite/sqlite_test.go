@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -591,47 +590,6 @@ func settleCost(t *testing.T, s *sqlite.Store, orgID, gen string, cost money.Amo
 	return err
 }
 
-// TestBatchSumOverflow: a settlement whose debit overflows its organization's balance fails alone,
-// although the gateway's store writes the debits of a batch's settlements together.
-func TestBatchSumOverflow(t *testing.T) {
-	s, err := sqlite.OpenWith(t.TempDir(), sqlite.Options{OwnSlots: true, CommitWindow: 200 * time.Millisecond, FoldAtSettlement: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	ctx := t.Context()
-	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	for _, id := range []string{"org-a", "org-b"} {
-		if err := s.CreateOrg(ctx, store.Org{ID: id, Name: id, MaxInFlight: 10, CreatedAt: now}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// org-a's balance is the lowest an int64 of picodollars holds, but one.
-	if err := settleCost(t, s, "org-a", "gen-0", money.Amount(math.MaxInt64), now); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var errA, errB, errTop error
-	wg.Go(func() { errA = settleCost(t, s, "org-a", "gen-1", money.Dollar, now) })
-	time.Sleep(20 * time.Millisecond) // in the same batch, after it
-	wg.Go(func() { errB = settleCost(t, s, "org-b", "gen-2", 10, now) })
-	wg.Go(func() {
-		errTop = s.AddEntry(ctx, store.LedgerEntry{ID: "top", OrgID: "org-b", Kind: store.EntryTopUp, Amount: 100, At: now})
-	})
-	wg.Wait()
-	if errA == nil {
-		t.Error("a settlement beyond the balance's range succeeded")
-	}
-	if errB != nil || errTop != nil {
-		t.Errorf("the batch's other writes failed with it: settlement %v, top-up %v", errB, errTop)
-	}
-	if o, err := s.Org(ctx, "org-b"); err != nil || o.Balance != 90 {
-		t.Errorf("org-b: %+v, %v; want a balance of 90", o, err)
-	}
-	if _, err := s.Generation(ctx, "org-a", "gen-1"); !errors.Is(err, store.ErrNotFound) {
-		t.Errorf("the failed settlement's usage row: %v, want none", err)
-	}
-}
 
 // TestAdmitAfterSettleInOneBatch: without OwnSlots, admission reads the balance in the write
 // transaction; a settlement before it in the same batch, which frees the slot, has debited it too.

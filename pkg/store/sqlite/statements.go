@@ -25,6 +25,7 @@ type statements struct {
 	renew       *sql.Stmt
 
 	settleRelease *sql.Stmt
+	settleLimit   *sql.Stmt
 	settleUsage   *sql.Stmt
 	settleLedger  *sql.Stmt
 	debit         *sql.Stmt
@@ -36,6 +37,10 @@ type statements struct {
 	mirrorClear  *sql.Stmt
 	mirrorInsert *sql.Stmt
 }
+
+// orgColumns are what scanOrg reads: the reserved credits are those of the leases in the table.
+const orgColumns = `id, name, status, max_in_flight, balance, created_at,
+	(SELECT coalesce(sum(reserved), 0) FROM leases WHERE leases.org_id = orgs.id)`
 
 const usageColumns = `org_id, generation_id, version, key_id, model, endpoint, stream, status,
 	http_status, finish_reason, prompt_tokens, cached_tokens, completion_tokens, cost, estimated,
@@ -49,7 +54,7 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 	}{
 		{r, &st.authenticate, `SELECT k.id, k.revoked_at, o.id, o.status, o.max_in_flight
 			FROM keys k JOIN orgs o ON o.id = k.org_id WHERE k.hash = ?`},
-		{r, &st.org, `SELECT id, name, status, max_in_flight, balance, created_at FROM orgs WHERE id = ?`},
+		{r, &st.org, `SELECT ` + orgColumns + ` FROM orgs WHERE id = ?`},
 		{r, &st.generation, `SELECT ` + usageColumns + ` FROM usage WHERE org_id = ? AND generation_id = ?`},
 		{r, &st.maintenance, `SELECT on_, until FROM maintenance WHERE id = 1`},
 		{r, &st.admitOrg, `SELECT status, balance, max_in_flight FROM orgs WHERE id = ?`},
@@ -62,15 +67,21 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 		// those that have expired; no row when the organization does not exist.
 		{w, &st.admitCheck, `SELECT o.status, o.balance, o.max_in_flight,
 			count(l.holder_id) FILTER (WHERE l.expires_at > ?2),
-			count(l.holder_id) FILTER (WHERE l.expires_at <= ?2)
+			count(l.holder_id) FILTER (WHERE l.expires_at <= ?2),
+			coalesce(sum(l.reserved) FILTER (WHERE l.expires_at > ?2), 0)
 			FROM orgs o LEFT JOIN leases l ON l.org_id = o.id WHERE o.id = ?1 GROUP BY o.id`},
 		{w, &st.admitPurge, `DELETE FROM leases WHERE org_id = ? AND expires_at <= ?`},
-		{w, &st.admitInsert, `INSERT INTO leases (org_id, holder_id, expires_at) VALUES (?, ?, ?)
+		{w, &st.admitInsert, `INSERT INTO leases (org_id, holder_id, expires_at, reserved) VALUES (?, ?, ?, ?)
 			ON CONFLICT DO NOTHING`},
 		{w, &st.renew, `UPDATE leases SET expires_at = ?
 			WHERE org_id = ? AND holder_id = ? AND expires_at > ?`},
 
 		{w, &st.settleRelease, `DELETE FROM leases WHERE org_id = ? AND holder_id = ?`},
+		// What a settlement may debit: the balance less the reservations of the organization's
+		// other unexpired leases (its own reservation, if it is still held, is covered).
+		{w, &st.settleLimit, `SELECT o.balance - coalesce((SELECT sum(reserved) FROM leases l
+			WHERE l.org_id = o.id AND l.holder_id != ?2 AND l.expires_at > ?3), 0)
+			FROM orgs o WHERE o.id = ?1`},
 		{w, &st.settleUsage, `INSERT INTO usage (` + usageColumns + `, unpublished_since, folded)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
 		{w, &st.settleLedger, `INSERT INTO ledger (org_id, id, kind, amount, note, at)
@@ -94,8 +105,8 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 		{w, &st.mirrorClear, `DELETE FROM leases`},
 		// OR IGNORE: an organization deleted meanwhile (the foreign key) is no reason to lose
 		// the copy of the others.
-		{w, &st.mirrorInsert, `INSERT OR IGNORE INTO leases (org_id, holder_id, expires_at)
-			SELECT ?1, ?2, ?3 WHERE EXISTS (SELECT 1 FROM orgs WHERE id = ?1)`},
+		{w, &st.mirrorInsert, `INSERT OR IGNORE INTO leases (org_id, holder_id, expires_at, reserved)
+			SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM orgs WHERE id = ?1)`},
 	} {
 		s, err := p.db.PrepareContext(ctx, p.query)
 		if err != nil {
@@ -112,7 +123,7 @@ func (st *statements) close() error {
 		st.authenticate, st.org, st.generation, st.maintenance, st.admitOrg,
 		st.savepoint, st.rollbackTo, st.release,
 		st.admitCheck, st.admitPurge, st.admitInsert, st.renew,
-		st.settleRelease, st.settleUsage, st.settleLedger, st.debit,
+		st.settleRelease, st.settleLimit, st.settleUsage, st.settleLedger, st.debit,
 		st.foldMark, st.foldDay, st.markPublished,
 		st.mirrorClear, st.mirrorInsert,
 	} {

@@ -130,18 +130,3 @@ func testMoneyExact(t *testing.T, s store.Store) {
 		t.Errorf("Ledger has %d entries summing to %s, want %d summing to %s", len(entries), sum, n, want)
 	}
 }
-
-// testNegativeBalance: the balance goes below zero only through requests already in flight.
-func testNegativeBalance(t *testing.T, s store.Store) {
-	const micro = money.Amount(1_000_000)
-	createOrg(t, s, "org-a", 4, micro)
-	l1 := admit(t, s, "org-a", "gen-1", t0)
-	l2 := admit(t, s, "org-a", "gen-2", t0)
-	settle(t, s, l1, event("org-a", "gen-1", micro+1, t0), at(time.Second))
-	wantBalance(t, s, "org-a", -1)
-	settle(t, s, l2, event("org-a", "gen-2", 3*micro, t0), at(2*time.Second))
-	wantBalance(t, s, "org-a", -1-3*micro)
-	_, err := s.Admit(ctx(t), store.AdmitRequest{OrgID: "org-a", HolderID: "gen-3", Now: at(3 * time.Second)})
-	wantErr(t, "Admit with a negative balance", err, store.ErrInsufficientCredits)
-	wantHolders(t, s, "org-a", at(3*time.Second))
-}
