@@ -83,7 +83,7 @@ func commands() []command {
 		{"key revoke", "KEY_ID", "revoke a key", keyRevoke},
 		{"credits add", "--org ID --usd AMOUNT [--note TEXT]", "top up an organization's credits", creditsAdd},
 		{"credits adjust", "--org ID --usd AMOUNT --note TEXT", "correct an organization's credits by a signed amount", creditsAdjust},
-		{"credits show", "--org ID", "show an organization's balance and limit", creditsShow},
+		{"credits show", "--org ID", "show an organization's balance, reserved and available credits, and limit", creditsShow},
 		{"credits ledger", "--org ID [--csv]", "list an organization's ledger entries", creditsLedger},
 		{"usage", "--org ID --from DAY --to DAY [--by day|model] [--csv]", "list or roll up an organization's usage (UTC days, --to inclusive)", usageReport},
 		{"maintenance on", "--until TIME", "answer 503 to every request until TIME (RFC 3339)", maintenanceOn},

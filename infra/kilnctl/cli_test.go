@@ -95,6 +95,7 @@ type orgJSON struct {
 	Status      string `json:"status"`
 	MaxInFlight int    `json:"max_in_flight"`
 	Balance     string `json:"balance"`
+	Reserved    string `json:"reserved"`
 	CreatedAt   string `json:"created_at"`
 }
 

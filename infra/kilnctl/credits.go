@@ -110,12 +110,16 @@ func creditsShow(ctx context.Context, c *cli, f *flags, args []string) error {
 			OrgID       string          `json:"org_id"`
 			Status      store.OrgStatus `json:"status"`
 			Balance     money.Amount    `json:"balance"`
+			Reserved    money.Amount    `json:"reserved"`
+			Available   money.Amount    `json:"available"`
 			MaxInFlight int             `json:"max_in_flight"`
-		}{o.ID, o.Status, o.Balance, o.MaxInFlight})
+		}{o.ID, o.Status, o.Balance, o.Reserved, o.Available(), o.MaxInFlight})
 	}
 	t := newTable(c.stdout, "organization", o.ID)
 	t.row("status", string(o.Status))
 	t.row("balance", usd(o.Balance)+" USD")
+	t.row("reserved", usd(o.Reserved)+" USD (held by requests in flight)")
+	t.row("available", usd(o.Available())+" USD")
 	t.row("max in-flight", fmt.Sprint(o.MaxInFlight))
 	return t.flush()
 }

@@ -136,10 +136,12 @@ func TestOperatorScenario(t *testing.T) {
 		OrgID       string `json:"org_id"`
 		Status      string `json:"status"`
 		Balance     string `json:"balance"`
+		Reserved    string `json:"reserved"`
+		Available   string `json:"available"`
 		MaxInFlight int    `json:"max_in_flight"`
 	}
 	e.json(&shown, "credits", "show", "--org", acme.ID)
-	if shown.Balance != "8.500001" || shown.MaxInFlight != 8 || shown.OrgID != acme.ID {
+	if shown.Balance != "8.500001" || shown.Reserved != "0" || shown.Available != "8.500001" || shown.MaxInFlight != 8 || shown.OrgID != acme.ID {
 		t.Fatalf("credits show: %+v", shown)
 	}
 	if o, err := st.Org(ctx, acme.ID); err != nil || o.Balance.String() != "8.500001" {

@@ -176,6 +176,8 @@ func TestUsageRollsUpExactlyOverInclusiveUTCDays(t *testing.T) {
 		OrgID       string `json:"org_id"`
 		Status      string `json:"status"`
 		Balance     string `json:"balance"`
+		Reserved    string `json:"reserved"`
+		Available   string `json:"available"`
 		MaxInFlight int    `json:"max_in_flight"`
 	}
 	e.json(&shown, "credits", "show", "--org", a)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/openai"
 )
 
@@ -63,17 +64,27 @@ var (
 		Type:    openai.TypePermission,
 		Code:    "organization_suspended",
 	}}
-	errNoCredits = &apiError{status: http.StatusPaymentRequired, body: openai.Error{
-		Message: "Your organization has no credits left. Add credits to continue.",
-		Type:    openai.TypeBilling,
-		Code:    "insufficient_credits",
-	}}
 	errStoreDown = &apiError{status: http.StatusServiceUnavailable, body: openai.Error{
 		Message: "The service is temporarily unable to process your request. Retry with exponential backoff.",
 		Type:    openai.TypeServiceUnavailable,
+		Code:    "store_unavailable",
+	}}
+	errSlotLost = &apiError{status: http.StatusServiceUnavailable, body: openai.Error{
+		Message: "The request was stopped because the gateway could not keep its in-flight slot. Retry with exponential backoff.",
+		Type:    openai.TypeServiceUnavailable,
+		Code:    "slot_lost",
 	}}
 	errEmptyMessages = invalid("messages", "empty_array", "Invalid 'messages': the array must contain at least one message.")
 )
+
+// errNoCredits is the 402 of an admission whose worst case does not fit what is available.
+func errNoCredits(reserve money.Amount) *apiError {
+	msg := "Your organization has no credits left. Add credits to continue."
+	if reserve > 0 {
+		msg = fmt.Sprintf("Your organization's available credits (its balance less what its requests in flight have reserved) do not cover this request's maximum cost of $%s. Add credits, or set a lower max_tokens.", reserve)
+	}
+	return &apiError{status: http.StatusPaymentRequired, body: openai.Error{Message: msg, Type: openai.TypeBilling, Code: "insufficient_credits"}}
+}
 
 func errRateLimited(limit int) *apiError {
 	return &apiError{status: http.StatusTooManyRequests, body: openai.Error{

@@ -10,7 +10,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -39,17 +38,22 @@ type Options struct {
 	LeaseTTL      time.Duration // in-flight lease; default store.DefaultLeaseTTL
 	CacheTTL      time.Duration // key and maintenance cache; default 2 s, at most 5 s
 	SettleReserve time.Duration // with a request deadline (Lambda), stop this long before it; default 5 s
-	// SettleRetryFor is how long a settlement is retried while the store fails; default 5 min.
+	// AdmitTimeout bounds admission's store call; past it the request gets 503
+	// store_unavailable. Default 2 s.
+	AdmitTimeout time.Duration
+	// SettleWait is how long the end of an answer waits for its settlement to commit; default
+	// 10 s. A settlement still failing then is retried, for up to SettleRetryFor (default 5 min).
+	SettleWait     time.Duration
 	SettleRetryFor time.Duration
 	Now            func() time.Time
 
 	// Publish receives every settled usage event, after the response ended. Optional.
 	Publish func(context.Context, usage.Event)
 
-	// SettleInBackground settles after the handler returns, so that a keep-alive connection's
-	// next request does not wait for the store. The slot stays taken until settlement is done;
-	// call Drain before the process exits. Not for Lambda, which may freeze the process as soon
-	// as the handler returns.
+	// SettleInBackground retries, after the handler returns, a settlement that did not commit
+	// before its answer ended, so that the store's outage holds no connection; call Drain before
+	// the process exits. Not for Lambda, which may freeze the process as soon as the handler
+	// returns: there the handler retries it before it returns.
 	SettleInBackground bool
 }
 
@@ -61,10 +65,11 @@ type Gateway struct {
 	maint      *maintenanceCache
 	modelsList []byte
 	modelByID  map[string][]byte
-	settling   atomic.Int64 // settlements running in the background
-	admitted   atomic.Int64 // requests admitted and not yet settled (unsettled's size)
-	settlers   settlers     // run background settlements
-	unsettled  sync.Map     // generation id → *pending, from admission to the end of settlement
+	admitted   atomic.Int64  // requests admitted and not yet settled (unsettled's size)
+	unsettled  sync.Map      // generation id → *pending, from admission to the end of settlement
+	admitting  chan struct{} // a token per admission waiting for the store
+	// unsettledLate counts settlements retried in the background after their answers ended.
+	unsettledLate atomic.Int64
 }
 
 // New builds a Gateway.
@@ -87,6 +92,12 @@ func New(opt Options) (*Gateway, error) {
 	if opt.SettleReserve <= 0 {
 		opt.SettleReserve = 5 * time.Second
 	}
+	if opt.AdmitTimeout <= 0 {
+		opt.AdmitTimeout = 2 * time.Second
+	}
+	if opt.SettleWait <= 0 {
+		opt.SettleWait = 10 * time.Second
+	}
 	if opt.SettleRetryFor <= 0 {
 		opt.SettleRetryFor = 5 * time.Minute
 	}
@@ -102,7 +113,7 @@ func New(opt Options) (*Gateway, error) {
 		log:      log,
 		keys:     newKeyCache(opt.Store, opt.CacheTTL),
 		maint:    &maintenanceCache{store: opt.Store, ttl: opt.CacheTTL},
-		settlers: settlers{idleFor: settlerIdle, maxIdle: maxIdleSettlers},
+		admitting: make(chan struct{}, maxAdmitting),
 	}
 	g.modelsList, g.modelByID = renderModels(opt.Catalog)
 	return g, nil
@@ -174,20 +185,6 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request, h func(http.Respon
 		return
 	}
 	h(w, r, p)
-}
-
-// Drain waits until every admitted request has been settled, its handler having returned and its
-// settlement, in the background or not, having finished; or until ctx ends. A server's Shutdown
-// waits for handlers, but one that timed out leaves handlers running that Drain still waits for.
-func (g *Gateway) Drain(ctx context.Context) error {
-	for g.admitted.Load() > 0 || g.settling.Load() > 0 {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%d requests not yet settled: %w", max(g.admitted.Load(), g.settling.Load()), ctx.Err())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-	return nil
 }
 
 func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"time"
 
 	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/store"
@@ -86,13 +85,22 @@ func (g *Gateway) credits(w http.ResponseWriter, r *http.Request, p store.Princi
 		writeError(w, errStoreDown)
 		return
 	}
+	inFlight, err := g.opt.Store.InFlight(r.Context(), p.OrgID, g.opt.Now())
+	if err != nil {
+		g.log.LogAttrs(r.Context(), slog.LevelError, "credits lookup failed", slog.String("org_id", p.OrgID), slog.String("error", err.Error()))
+		writeError(w, errStoreDown)
+		return
+	}
 	b, _ := json.Marshal(struct {
 		Object      string `json:"object"`
 		OrgID       string `json:"org_id"`
 		Balance     string `json:"balance"`
+		Reserved    string `json:"reserved"`
+		Available   string `json:"available"`
 		Currency    string `json:"currency"`
 		MaxInFlight int    `json:"max_in_flight"`
-	}{"credits", org.ID, org.Balance.String(), "USD", org.MaxInFlight})
+		InFlight    int    `json:"in_flight"`
+	}{"credits", org.ID, org.Balance.String(), org.Reserved.String(), org.Available().String(), "USD", org.MaxInFlight, len(inFlight)})
 	writeJSON(w, append(b, '\n'))
 }
 
@@ -104,7 +112,18 @@ func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Pri
 		writeError(w, invalid("id", "missing_required_parameter", "Missing required query parameter: 'id'."))
 		return
 	}
-	g.awaitSettlement(r.Context(), p.OrgID, id, 5*time.Second)
+	// A request this process still serves answers at once, from what admission knew: its answer
+	// has not ended, so the store has no record of it yet. Another organization's is not looked
+	// up here, and its 404 takes the store's time like any other.
+	if ev, ok := g.running(p.OrgID, id); ok {
+		ev.Status = usage.StatusInProgress
+		b, _ := json.Marshal(struct {
+			Object string `json:"object"`
+			usage.Event
+		}{"generation", ev})
+		writeJSON(w, append(b, '\n'))
+		return
+	}
 	ev, err := g.opt.Store.Generation(r.Context(), p.OrgID, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):

@@ -129,11 +129,15 @@ func TestCredits(t *testing.T) {
 				Object      string          `json:"object"`
 				OrgID       string          `json:"org_id"`
 				Balance     json.RawMessage `json:"balance"`
+				Reserved    json.RawMessage `json:"reserved"`
+				Available   json.RawMessage `json:"available"`
 				Currency    string          `json:"currency"`
 				MaxInFlight int             `json:"max_in_flight"`
+				InFlight    int             `json:"in_flight"`
 			}
 			decodeStrict(t, r.body, &c)
-			if c.Object != "credits" || c.OrgID != tc.org || string(c.Balance) != `"`+tc.balance+`"` || c.Currency != "USD" || c.MaxInFlight != tc.limit {
+			if c.Object != "credits" || c.OrgID != tc.org || string(c.Balance) != `"`+tc.balance+`"` || string(c.Reserved) != `"0"` ||
+				string(c.Available) != `"`+tc.balance+`"` || c.Currency != "USD" || c.MaxInFlight != tc.limit || c.InFlight != 0 {
 				t.Errorf("%s", r.body)
 			}
 		})

@@ -35,6 +35,11 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 			x.event.HTTPStatus = 499
 			return
 		}
+		if slotLost(ctx) {
+			x.event.Status = usage.StatusSlotLost
+			x.fail(errSlotLost) // nothing was delivered: nothing is billed
+			return
+		}
 		resp.Failed()
 		x.badBackendBody(ctx, "the model backend failed while sending its answer.", err)
 		return
@@ -76,6 +81,10 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 	x.event.Status = usage.StatusCompleted
 	x.event.HTTPStatus = http.StatusOK
 	x.event.TTFTMillis = x.g.opt.Now().Sub(x.event.StartedAt).Milliseconds()
+	if !x.conclude() {
+		x.withhold()
+		return
+	}
 	h := x.w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(answer)))
@@ -84,8 +93,8 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 		x.event.Status = usage.StatusClientDisconnected
 		return
 	}
-	// Hand the answer to the client now rather than when the handler returns: settlement, which
-	// runs after this, is none of the client's waiting.
+	// Hand the answer to the client now rather than when the handler returns: the request's
+	// log line and its event's publication, which come after this, are none of its waiting.
 	_ = http.NewResponseController(x.w).Flush()
 }
 
@@ -107,8 +116,7 @@ func putAnswerBuffers(bufs ...*bytes.Buffer) {
 func (x *exchange) badBackendBody(ctx context.Context, reason string, err error) {
 	x.g.log.LogAttrs(ctx, slog.LevelWarn, "bad backend answer", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
 	x.event.Status = usage.StatusUpstreamError
-	x.event.HTTPStatus = http.StatusBadGateway
-	badGateway(x.w, reason)
+	x.badGateway(reason)
 }
 
 // renameModel returns the edit that puts the public model id back where the backend named its own.
@@ -308,7 +316,10 @@ func (r *relayState) relayEvent(s *stream, data []byte) (wrote, more bool) {
 }
 
 // closeStream ends the client's stream as pump left it: [DONE] after a complete answer, an error
-// event after a broken one, nothing for a client that left.
+// event after a broken one, nothing for a client that left. The request is settled before the
+// stream's last event, so that its slot is free and its debit durable when the client sees the
+// end; a complete answer whose settlement did not commit in time ends with a store_unavailable
+// event instead of [DONE].
 func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s *stream) {
 	x, readErr := r.x, r.err
 	switch {
@@ -322,14 +333,23 @@ func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s
 			// The backend put usage only on a content chunk; give the client its usage chunk.
 			s.write(openai.AppendData(nil, r.synthesizeUsage()))
 		}
+		x.event.Status = usage.StatusCompleted
+		if !x.conclude() {
+			r.endWithError("store_unavailable", "The answer could not be recorded in time, so it ends without [DONE]. The part delivered is billed once it is recorded.", s)
+			return
+		}
 		s.write(doneEvent)
 		s.flush()
-		x.event.Status = usage.StatusCompleted
 	default:
 		code, msg := "upstream_stream_error", "The model backend failed while streaming the response. The part generated so far is billed."
-		if ctx.Err() != nil {
+		x.event.Status = usage.StatusUpstreamError
+		switch {
+		case slotLost(ctx):
+			code, msg = "slot_lost", "The gateway could not keep this request's in-flight slot and stopped it. The part generated so far is billed."
+			x.event.Status = usage.StatusSlotLost
+		case ctx.Err() != nil:
 			code, msg = "deadline_exceeded", "The response reached the gateway's time limit and was cut. The part generated so far is billed."
-		} else {
+		default:
 			resp.Failed()
 			attrs := []slog.Attr{slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend)}
 			if readErr != nil && readErr != io.EOF {
@@ -337,11 +357,16 @@ func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s
 			}
 			x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend stream broke", attrs...)
 		}
-		body := openai.Error{Message: msg, Type: "server_error", Code: code}.AppendJSON(nil)
-		s.write(openai.AppendData(nil, body))
-		s.flush()
-		x.event.Status = usage.StatusUpstreamError
+		x.conclude()
+		r.endWithError(code, msg, s)
 	}
+}
+
+// endWithError ends the client's stream with an error event and no [DONE].
+func (r *relayState) endWithError(code, msg string, s *stream) {
+	body := openai.Error{Message: msg, Type: "server_error", Code: code}.AppendJSON(nil)
+	s.write(openai.AppendData(nil, body))
+	s.flush()
 }
 
 // relayState is a relay's decoder, what its loop remembers between chunks, and how it ended.

@@ -178,7 +178,7 @@ func Validate(e usage.Event) error {
 		bad("endpoint %q: want /v1/chat/completions or /v1/completions", e.Endpoint)
 	}
 	switch e.Status {
-	case usage.StatusCompleted, usage.StatusClientDisconnected, usage.StatusUpstreamError, usage.StatusRejected:
+	case usage.StatusCompleted, usage.StatusClientDisconnected, usage.StatusUpstreamError, usage.StatusRejected, usage.StatusSlotLost:
 	default:
 		bad("status %q: want completed, client_disconnected, upstream_error or rejected", e.Status)
 	}

@@ -189,8 +189,10 @@ type Gateway interface {
 	// Generation returns the recorded event of one generation of this organization;
 	// ErrNotFound when there is none or it belongs to another organization.
 	Generation(ctx context.Context, orgID, generationID string) (usage.Event, error)
-	// Org returns one organization with its current balance.
+	// Org returns one organization with its current balance and reservations.
 	Org(ctx context.Context, orgID string) (Org, error)
+	// InFlight lists the organization's unexpired leases at now.
+	InFlight(ctx context.Context, orgID string, now time.Time) ([]Lease, error)
 	// Maintenance returns the maintenance window.
 	Maintenance(ctx context.Context) (Maintenance, error)
 }
@@ -210,8 +212,6 @@ type Admin interface {
 	Ledger(ctx context.Context, orgID string) ([]LedgerEntry, error)
 	// Usage lists an organization's recorded events started in [from, to).
 	Usage(ctx context.Context, orgID string, from, to time.Time) ([]usage.Event, error)
-	// InFlight lists the organization's unexpired leases at now.
-	InFlight(ctx context.Context, orgID string, now time.Time) ([]Lease, error)
 	SetMaintenance(ctx context.Context, m Maintenance) error
 }
 

@@ -23,6 +23,11 @@ const (
 	StatusUpstreamError Status = "upstream_error"
 	// StatusRejected: the request was refused before it reached a backend (validation, unknown model).
 	StatusRejected Status = "rejected"
+	// StatusSlotLost: the request's in-flight lease could not be renewed, so it was stopped before
+	// the lease expired; what was delivered is billed.
+	StatusSlotLost Status = "slot_lost"
+	// StatusInProgress is never recorded: GET /v1/generation shows it for a request still running.
+	StatusInProgress Status = "in_progress"
 )
 
 // Event is the usage record of one request that reached endpoint checks (contract section 8).

@@ -1,0 +1,175 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/usage"
+)
+
+// Bounds on the work a slow store can make the gateway hold (contract §7, backpressure).
+const (
+	// maxAdmitting is how many admissions may wait for the store at once; beyond it a request
+	// is refused at once with 503 store_unavailable.
+	maxAdmitting = 256
+	// maxUnsettled is how many settlements that did not commit before their answer ended may
+	// wait for the store; while that many wait, admissions are refused with 503.
+	maxUnsettled = 1024
+)
+
+// errBacklog refuses an admission while the gateway already holds all the store work it may.
+var errBacklog = errors.New("too many admissions or settlements waiting for the store")
+
+// admit runs steps 1 to 6 of the contract: maintenance, body size, key, organization, credits and
+// an in-flight slot with its reservation; then tells the verdict of step 7, the endpoint checks.
+// The body is checked before admission, because the reservation is the checked request's worst
+// case, but a check's error is answered only once the request is admitted, in the contract's
+// order. It returns the admitted exchange, and whether the request passed its checks; nil when
+// it was refused before admission.
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*exchange, bool) {
+	ctx := r.Context()
+	started := g.opt.Now()
+
+	// 1. Maintenance.
+	if e := g.checkMaintenance(ctx); e != nil {
+		writeError(w, e)
+		return nil, false
+	}
+	// 2. Body size. The body is read whole before authentication, as the order requires; the
+	// limit bounds what an anonymous client can make us hold.
+	body, e := g.readBody(w, r)
+	if e != nil {
+		writeError(w, e)
+		return nil, false
+	}
+	// 3, 4. Key and organization.
+	p, e := g.authenticate(ctx, r)
+	if e != nil {
+		writeError(w, e)
+		return nil, false
+	}
+	if p.OrgStatus == store.OrgSuspended {
+		writeError(w, errSuspended)
+		return nil, false
+	}
+	req, modelID, checkErr := g.check(ep, body)
+	reserve := money.Amount(0) // a request refused at step 7 costs nothing
+	if checkErr == nil {
+		reserve = worstCase(ep, &req)
+	}
+	// 5, 6. Credits and an in-flight slot, in one store call.
+	genID := newGenerationID()
+	lease, err := g.admitSlot(ctx, store.AdmitRequest{OrgID: p.OrgID, HolderID: genID, Now: started, TTL: g.opt.LeaseTTL, Reserve: reserve})
+	if err != nil {
+		writeError(w, g.admissionError(ctx, err, p, genID, reserve))
+		return nil, false
+	}
+	// The request has a usage event from here on, and its id names it.
+	w.Header().Set(GenerationHeader, genID)
+	fenced, lost := context.WithCancelCause(ctx)
+	x := &exchange{
+		g:      g,
+		w:      w,
+		reqCtx: ctx,
+		fenced: fenced,
+		lost:   lost,
+		ep:     ep,
+		lease:  lease,
+		event: usage.Event{
+			Version:      usage.SchemaVersion,
+			GenerationID: genID,
+			OrgID:        p.OrgID,
+			KeyID:        p.KeyID,
+			Endpoint:     ep.name,
+			StartedAt:    started,
+			Status:       usage.StatusRejected,
+			Model:        modelID,
+			Stream:       req.stream,
+		},
+	}
+	g.admitted.Add(1)
+	g.unsettled.Store(genID, &pending{orgID: p.OrgID, event: x.event})
+	g.renewLeases(x)
+	// 7. The endpoint checks.
+	if checkErr != nil {
+		x.fail(checkErr)
+		return x, false
+	}
+	x.req = &req
+	return x, true
+}
+
+// admitSlot asks the store for the slot, within the admission deadline and the gateway's bounds
+// on waiting work.
+func (g *Gateway) admitSlot(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
+	select {
+	case g.admitting <- struct{}{}:
+		defer func() { <-g.admitting }()
+	default:
+		return store.Lease{}, errBacklog
+	}
+	if g.unsettledLate.Load() >= maxUnsettled {
+		return store.Lease{}, errBacklog
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.opt.AdmitTimeout)
+	defer cancel()
+	return g.opt.Store.Admit(ctx, req)
+}
+
+// admissionError is the client's error for a refused admission.
+func (g *Gateway) admissionError(ctx context.Context, err error, p store.Principal, genID string, reserve money.Amount) *apiError {
+	switch {
+	case errors.Is(err, store.ErrSuspended):
+		return errSuspended
+	case errors.Is(err, store.ErrInsufficientCredits):
+		return errNoCredits(reserve)
+	case errors.Is(err, store.ErrSlotsFull):
+		return errRateLimited(p.MaxInFlight)
+	case errors.Is(err, store.ErrNotFound):
+		return errBadKey // the organization was deleted under a cached key
+	}
+	g.log.LogAttrs(ctx, slog.LevelError, "admission failed", slog.String("generation_id", genID), slog.String("org_id", p.OrgID), slog.String("error", err.Error()))
+	return errStoreDown
+}
+
+// readBody reads the request body under the size limit.
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+	if r.ContentLength > g.opt.MaxBody {
+		return nil, errTooLarge(g.opt.MaxBody)
+	}
+	n := r.ContentLength
+	if n < 0 || n > 64<<10 {
+		n = 64 << 10 // grow as needed; a lying Content-Length cannot make us allocate the limit
+	}
+	buf := make([]byte, 0, n+1)
+	body, err := readAllInto(buf, http.MaxBytesReader(w, r.Body, g.opt.MaxBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			return nil, errTooLarge(g.opt.MaxBody)
+		}
+		return nil, invalid("", "", "The request body could not be read: the connection ended before the body did.")
+	}
+	return body, nil
+}
+
+func readAllInto(b []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}

@@ -1,0 +1,231 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/usage"
+)
+
+// slowStore delays settlements by settleDelay, fails them while failSettle is set, fails
+// renewals while failRenew is set, and holds admissions until their context ends while
+// stallAdmit is set.
+type slowStore struct {
+	store.Gateway
+	settleDelay time.Duration
+	failSettle  atomic.Bool
+	failRenew   atomic.Bool
+	stallAdmit  atomic.Bool
+}
+
+var errStoreStalled = errors.New("store stalled")
+
+func (s *slowStore) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
+	time.Sleep(s.settleDelay)
+	if s.failSettle.Load() {
+		return store.SettleResult{}, errStoreStalled
+	}
+	return s.Gateway.Settle(ctx, st)
+}
+
+func (s *slowStore) Renew(ctx context.Context, l store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
+	if s.failRenew.Load() {
+		return store.Lease{}, errStoreStalled
+	}
+	return s.Gateway.Renew(ctx, l, now, ttl)
+}
+
+func (s *slowStore) Admit(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
+	if s.stallAdmit.Load() {
+		<-ctx.Done()
+		return store.Lease{}, ctx.Err()
+	}
+	return s.Gateway.Admit(ctx, req)
+}
+
+// TestSlotFreeWhenAnswerEnds: a request's settlement commits before the client sees the end of
+// its answer, however slow the store, so that a client of a limit-1 organization that sends each
+// request when the last one ended is never refused for its own finished request, and the
+// generation its header names is recorded the moment the answer ended.
+func TestSlotFreeWhenAnswerEnds(t *testing.T) {
+	t.Parallel()
+	slow := &slowStore{settleDelay: 50 * time.Millisecond}
+	h := newHarness(t, config{
+		gateway:   func(o *Options) { o.SettleInBackground = true },
+		wrapStore: func(s store.Gateway) store.Gateway { slow.Gateway = s; return slow },
+	})
+	key, _ := h.newOrg("org_one", "1", 1)
+	for i := range 12 {
+		var id string
+		if i%2 == 0 {
+			r := h.do(req{path: "/v1/chat/completions", key: key, body: chatBody("gpt-oss-120b", "one two three", `"max_tokens":4`)})
+			if r.status != 200 {
+				t.Fatalf("request %d: %d %s", i, r.status, r.body)
+			}
+			id = r.genID()
+		} else {
+			s := h.stream(req{path: "/v1/chat/completions", key: key, body: chatBody("gpt-oss-120b", "one two three", `"max_tokens":4`, `"stream":true`)})
+			if s.resp.StatusCode != 200 {
+				t.Fatalf("stream %d: %d", i, s.resp.StatusCode)
+			}
+			evs := s.all()
+			if len(evs) == 0 || evs[len(evs)-1].data != "[DONE]" {
+				t.Fatalf("stream %d did not end with [DONE]: %v", i, evs)
+			}
+			id = s.resp.Header.Get(GenerationHeader)
+		}
+		// No waiting: the record is there, and the slot free, when the answer has ended.
+		if ev, err := h.store.Generation(context.Background(), "org_one", id); err != nil || ev.Status != usage.StatusCompleted {
+			t.Fatalf("request %d: generation %s right after its answer: %+v, %v", i, id, ev, err)
+		}
+		if held, err := h.store.InFlight(context.Background(), "org_one", time.Now()); err != nil || len(held) != 0 {
+			t.Fatalf("request %d: in flight right after its answer: %v, %v", i, held, err)
+		}
+	}
+}
+
+// TestAnswerWithheldWithoutItsSettlement: while the store cannot take a settlement, no answer is
+// given complete without its debit: a non-streamed answer becomes a 503 store_unavailable and is
+// billed nothing, a stream ends with a store_unavailable event instead of [DONE] and is billed what
+// it delivered, each once the store takes its settlement again.
+func TestAnswerWithheldWithoutItsSettlement(t *testing.T) {
+	t.Parallel()
+	slow := &slowStore{}
+	h := newHarness(t, config{
+		gateway: func(o *Options) {
+			o.SettleInBackground = true
+			o.SettleWait = 200 * time.Millisecond
+		},
+		wrapStore: func(s store.Gateway) store.Gateway { slow.Gateway = s; return slow },
+	})
+	key, _ := h.newOrg("org_down", "1", 8)
+	slow.failSettle.Store(true)
+
+	r := h.do(req{path: "/v1/chat/completions", key: key, body: chatBody("gpt-oss-120b", "one two three four five six seven eight nine", `"max_tokens":12`)})
+	if r.status != 503 || deref(r.errorBody(t).Code) != "store_unavailable" {
+		t.Fatalf("non-streamed answer while settlements fail: %d %s", r.status, r.body)
+	}
+	withheld := r.genID()
+
+	s := h.stream(req{path: "/v1/chat/completions", key: key, body: chatBody("gpt-oss-120b", "one two three four five six seven eight nine", `"max_tokens":12`, `"stream":true`)})
+	evs := s.all()
+	last := evs[len(evs)-1].data
+	if !strings.Contains(last, `"code":"store_unavailable"`) {
+		t.Fatalf("stream while settlements fail ended with %q", last)
+	}
+	for _, ev := range evs {
+		if ev.data == "[DONE]" {
+			t.Fatal("a stream whose settlement did not commit sent [DONE]")
+		}
+	}
+	streamed := s.resp.Header.Get(GenerationHeader)
+
+	if err := h.drain(300 * time.Millisecond); err == nil {
+		t.Fatal("Drain returned while two settlements waited for the store")
+	}
+	slow.failSettle.Store(false)
+	if err := h.drain(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if ev, err := h.store.Generation(context.Background(), "org_down", withheld); err != nil || ev.Cost != 0 || ev.Status != usage.StatusRejected || ev.HTTPStatus != 503 {
+		t.Errorf("the withheld answer's record: %+v, %v; want rejected, 503, free", ev, err)
+	}
+	ev, err := h.store.Generation(context.Background(), "org_down", streamed)
+	if err != nil || ev.CompletionTokens != 12 || ev.Cost.String() != "0.000001155" {
+		t.Errorf("the cut stream's record: %+v, %v; want its 12 delivered tokens billed", ev, err)
+	}
+	if got := h.balance("org_down").String(); got != "0.999998845" {
+		t.Errorf("balance %s, want 1 − 0.000001155", got)
+	}
+}
+
+// TestFenceStopsAStreamWhoseLeaseLapses: a stream whose lease cannot be renewed is stopped before
+// the lease expires — it ends with a slot_lost event and is billed what it delivered — so that
+// the organization never has more requests served than its limit, however long the store stalls.
+func TestFenceStopsAStreamWhoseLeaseLapses(t *testing.T) {
+	t.Parallel()
+	const ttl = 900 * time.Millisecond
+	slow := &slowStore{}
+	h := newHarness(t, config{
+		gateway:   func(o *Options) { o.LeaseTTL = ttl },
+		wrapStore: func(s store.Gateway) store.Gateway { slow.Gateway = s; return slow },
+	})
+	key, _ := h.newOrg("org_fence", "1", 1)
+	slow.failRenew.Store(true)
+	s := h.stream(req{path: "/v1/chat/completions", key: key,
+		body: chatBody("gpt-oss-120b", "slow [[sim:delay_ms=50]]", `"max_tokens":200`, `"stream":true`)})
+	evs := s.all()
+	last := evs[len(evs)-1]
+	if !strings.Contains(last.data, `"code":"slot_lost"`) {
+		t.Fatalf("stream without renewals ended with %q", last.data)
+	}
+	content := 0
+	for _, ev := range evs {
+		if strings.Contains(ev.data, `"content":"tok`) {
+			content++
+		}
+	}
+	ev := h.waitEvent("org_fence", s.resp.Header.Get(GenerationHeader))
+	if ev.Status != usage.StatusSlotLost || ev.CompletionTokens < int64(content) || ev.CompletionTokens >= 200 {
+		t.Errorf("record of the fenced stream: %+v; want slot_lost, billed at least the %d chunks delivered", ev, content)
+	}
+	// It stopped before its lease expired (the fence is a sixth of the lease before it).
+	if d := time.Duration(ev.DurationMillis) * time.Millisecond; d >= ttl {
+		t.Errorf("the fenced stream ran %v, past its %v lease", d, ttl)
+	}
+	if held, err := h.store.InFlight(context.Background(), "org_fence", time.Now()); err != nil || len(held) != 0 {
+		t.Errorf("in flight after the fenced stream: %v, %v", held, err)
+	}
+}
+
+// TestAdmissionDeadline: an admission that the store cannot answer in time is a prompt 503
+// store_unavailable, not a request held open.
+func TestAdmissionDeadline(t *testing.T) {
+	t.Parallel()
+	slow := &slowStore{}
+	h := newHarness(t, config{
+		gateway:   func(o *Options) { o.AdmitTimeout = 200 * time.Millisecond },
+		wrapStore: func(s store.Gateway) store.Gateway { slow.Gateway = s; return slow },
+	})
+	slow.stallAdmit.Store(true)
+	r := h.chat(chatBody("qwen3-32b", "hi"))
+	if r.status != 503 || deref(r.errorBody(t).Code) != "store_unavailable" || r.genID() != "" {
+		t.Fatalf("admission on a stalled store: %d %s (generation id %q)", r.status, r.body, r.genID())
+	}
+	slow.stallAdmit.Store(false)
+	if r := h.chat(chatBody("qwen3-32b", "hi [[sim:tokens=1]]")); r.status != 200 {
+		t.Fatalf("after the stall: %d %s", r.status, r.body)
+	}
+}
+
+// TestReservationRefusesWhatCannotFit: a request whose worst case does not fit what the
+// organization has available is refused with 402 before it reaches a backend; the same request
+// with a max_tokens that fits is served, and its reservation is back once it ended.
+func TestReservationRefusesWhatCannotFit(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	// gpt-oss-120b: 131072 tokens of context, $0.07 per 1M output tokens: without max_tokens the
+	// worst case is 131072 × 0.07 / 1M = $0.00917504.
+	key, _ := h.newOrg("org_small", "0.009", 8)
+	before := h.rec.count()
+	r := h.do(req{path: "/v1/chat/completions", key: key, body: chatBody("gpt-oss-120b", "one two three")})
+	if r.status != 402 || deref(r.errorBody(t).Code) != "insufficient_credits" || !strings.Contains(r.errorBody(t).Message, "0.00917504") {
+		t.Fatalf("without max_tokens: %d %s", r.status, r.body)
+	}
+	if h.rec.count() != before {
+		t.Error("a refused request reached the backend")
+	}
+	r = h.do(req{path: "/v1/chat/completions", key: key, body: chatBody("gpt-oss-120b", "one two three", `"max_tokens":12`)})
+	if r.status != 200 {
+		t.Fatalf("with max_tokens 12: %d %s", r.status, r.body)
+	}
+	org, err := h.store.Org(context.Background(), "org_small")
+	if err != nil || org.Reserved != 0 {
+		t.Errorf("after the answer: %+v, %v; want nothing reserved", org, err)
+	}
+}

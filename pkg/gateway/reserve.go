@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"math"
+	"strconv"
+
+	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/openai"
+)
+
+// maxReservation is what a request is taken to reserve when its worst case does not fit an
+// amount: more than any balance, so that it is refused with 402.
+const maxReservation = money.Amount(math.MaxInt64)
+
+// worstCase is the most a checked request can cost, the amount admission reserves (contract §7).
+// The bound, per prompt (one for chat; each element of a completions prompt array), is the most
+// of price(p prompt tokens, k × m completion tokens) over what the backend can run:
+//
+//   - the model's context length C bounds prompt plus completion tokens of every sequence;
+//   - m = min(max_tokens, C) (chat: max_completion_tokens, else max_tokens), and C when the
+//     request gives neither — vLLM then generates up to what the context leaves;
+//   - k = n (completions: max(n, best_of)) sequences share one prompt, counted once.
+//
+// cost(p) = p × input + k × min(m, C − p) × output is piecewise linear in p, so its maximum over
+// 0 ≤ p ≤ C is at p = 0, p = C or p = C − m; cached prompt tokens are priced at the higher of
+// input and cached_input. A request that cannot cost anything reserves zero.
+func worstCase(ep *endpoint, req *request) money.Amount {
+	m := req.model
+	ctx := int64(m.ContextLength)
+	maxTokens, ok := positiveInt(req, "max_completion_tokens")
+	if !ok || !ep.chat {
+		maxTokens, ok = positiveInt(req, "max_tokens")
+	}
+	if !ok || maxTokens > ctx {
+		maxTokens = ctx
+	}
+	k := int64(1)
+	if n, ok := positiveInt(req, "n"); ok {
+		k = n
+	}
+	if b, ok := positiveInt(req, "best_of"); ok && !ep.chat && b > k {
+		k = b
+	}
+	prompts := int64(1)
+	if !ep.chat {
+		prompts = promptCount(req)
+	}
+	p := m.Pricing
+	p.Input = max(p.Input, p.CachedInput)
+	worst := money.Amount(0)
+	for _, at := range [...]struct{ prompt, completion int64 }{
+		{0, maxTokens},
+		{ctx, 0},
+		{ctx - maxTokens, maxTokens},
+	} {
+		completion, overflow := mul(k, at.completion)
+		if overflow {
+			return maxReservation
+		}
+		c, err := p.Cost(at.prompt, 0, completion)
+		if err != nil {
+			return maxReservation
+		}
+		worst = max(worst, c)
+	}
+	total, overflow := mul(prompts, int64(worst))
+	if overflow {
+		return maxReservation
+	}
+	return money.Amount(total)
+}
+
+// mul multiplies two non-negative counts, reporting overflow.
+func mul(a, b int64) (int64, bool) {
+	if a != 0 && b > math.MaxInt64/a {
+		return 0, true
+	}
+	return a * b, false
+}
+
+// positiveInt reads a member of the request that is a positive integer literal.
+func positiveInt(req *request, key string) (int64, bool) {
+	f, ok := openai.Lookup(req.body, req.fields, key)
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(f.Value(req.body)), 10, 64)
+	if err != nil || n <= 0 {
+		return 0, false
+	}
+	return n, true
+}
+
+// promptCount is how many prompts a completions request sends: the elements of a prompt array of
+// strings or of token arrays, one otherwise (a string, or one array of token ids).
+func promptCount(req *request) int64 {
+	f, ok := openai.Lookup(req.body, req.fields, "prompt")
+	if !ok {
+		return 1
+	}
+	v := f.Value(req.body)
+	if openai.Kind(v) != '[' {
+		return 1
+	}
+	elems, err := openai.Elements(nil, v)
+	if err != nil || len(elems) == 0 {
+		return 1
+	}
+	if k := openai.Kind(v[elems[0][0]:elems[0][1]]); k != '"' && k != '[' {
+		return 1 // token ids: one prompt
+	}
+	return int64(len(elems))
+}

@@ -1,0 +1,288 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/usage"
+)
+
+// causeSlotLost is the cause of a request's cancellation when its lease could not be renewed in
+// time: it stops being served before the lease expires, so that the organization never has more
+// than its limit of requests served at once, however long the store stalls.
+var causeSlotLost = errors.New("in-flight lease could not be renewed")
+
+// slotLost reports whether ctx ended because the request's lease could not be renewed.
+func slotLost(ctx context.Context) bool { return errors.Is(context.Cause(ctx), causeSlotLost) }
+
+// conclude settles the exchange before the client can see the end of its answer: in the
+// settlement's one store write the slot and its reservation are released, the cost debited once
+// and the usage event recorded. A client that sends its next request when this one ended then
+// never finds this one still in flight, and no answer is complete before its debit is durable.
+//
+// It waits for the store at most SettleWait (on Lambda, until shortly before the deadline) and
+// reports whether the settlement committed; when not, end retries it. conclude runs once; later
+// calls report the first outcome.
+func (x *exchange) conclude() bool {
+	if x.concluded {
+		return x.committed
+	}
+	x.concluded = true
+	g := x.g
+	x.st = x.settlement()
+	res, err := g.settleRetrying(x.reqCtx, x.st, time.Now().Add(g.opt.SettleWait))
+	if err != nil {
+		g.log.LogAttrs(x.reqCtx, slog.LevelWarn, "settlement not committed before the answer's end; retrying",
+			slog.String("generation_id", x.event.GenerationID), slog.String("org_id", x.event.OrgID), slog.String("error", err.Error()))
+		return false
+	}
+	x.committed, x.result = true, res
+	return true
+}
+
+// withhold records that the answer was not given: its settlement did not commit in time, and an
+// answer is never complete without its debit. The client gets 503 instead and the request is
+// billed nothing; its settlement is retried as such.
+func (x *exchange) withhold() {
+	x.st.Event.Status = usage.StatusRejected
+	x.st.Event.HTTPStatus = errStoreDown.status
+	x.st.Event.PromptTokens, x.st.Event.CachedTokens, x.st.Event.CompletionTokens = 0, 0, 0
+	x.st.Event.Cost, x.st.Event.Estimated = 0, false
+	writeError(x.w, errStoreDown)
+}
+
+// settlement stops the lease's renewal and fence and meters the request into its event.
+func (x *exchange) settlement() store.Settlement {
+	g := x.g
+	x.mu.Lock()
+	x.settled = true
+	x.renewer.Stop()
+	x.fence.Stop()
+	lease := x.lease
+	x.mu.Unlock()
+	now := g.opt.Now()
+	x.event.DurationMillis = max(now.Sub(x.event.StartedAt).Milliseconds(), x.event.TTFTMillis)
+	if x.req != nil {
+		if err := x.meter.apply(&x.event, x.req.model.Pricing); err != nil {
+			g.log.LogAttrs(x.reqCtx, slog.LevelError, "cost not computable", slog.String("generation_id", x.event.GenerationID), slog.String("error", err.Error()))
+		}
+	}
+	if x.event.Cost > lease.Reserved {
+		// The reservation is the request's proven worst case; a backend that reports more is
+		// billed up to it, the usage marked estimated (and the store would cap it too).
+		g.log.LogAttrs(x.reqCtx, slog.LevelError, "cost above the request's reservation; capped",
+			slog.String("generation_id", x.event.GenerationID), slog.String("cost", x.event.Cost.String()), slog.String("reserved", lease.Reserved.String()))
+		x.event.Cost, x.event.Estimated = lease.Reserved, true
+	}
+	return store.Settlement{Lease: lease, Event: x.event, Now: now}
+}
+
+// end finishes the exchange once its handler is done with it: a request that ended without a
+// final write of the gateway (a client that left) is settled now; one whose settlement did not
+// commit before its answer ended is retried — in the background off Lambda, on this goroutine on
+// Lambda, which may freeze the process once the handler returns. Then the request's log line is
+// written and its event published.
+func (x *exchange) end() {
+	g := x.g
+	if !x.concluded {
+		x.conclude()
+	}
+	if x.committed {
+		g.finish(x.st.Event, x.result, nil)
+		return
+	}
+	st := x.st
+	if !g.opt.SettleInBackground {
+		res, err := g.settleRetrying(x.reqCtx, st, time.Now().Add(g.opt.SettleRetryFor))
+		g.finish(st.Event, res, err)
+		return
+	}
+	g.unsettledLate.Add(1)
+	go func() {
+		defer g.unsettledLate.Add(-1)
+		res, err := g.settleRetrying(x.reqCtx, st, time.Now().Add(g.opt.SettleRetryFor))
+		g.finish(st.Event, res, err)
+	}()
+}
+
+// finish logs a settled request and publishes its event; with err, the settlement was abandoned.
+func (g *Gateway) finish(e usage.Event, res store.SettleResult, err error) {
+	ctx := context.Background()
+	attrs := []slog.Attr{
+		slog.String("generation_id", e.GenerationID),
+		slog.String("org_id", e.OrgID),
+		slog.String("key_id", e.KeyID),
+		slog.String("model", e.Model),
+		slog.String("endpoint", e.Endpoint),
+		slog.Bool("stream", e.Stream),
+		slog.String("status", string(e.Status)),
+		slog.Int("http_status", e.HTTPStatus),
+		slog.Int64("prompt_tokens", e.PromptTokens),
+		slog.Int64("cached_tokens", e.CachedTokens),
+		slog.Int64("completion_tokens", e.CompletionTokens),
+		slog.String("cost", e.Cost.String()),
+		slog.Bool("estimated", e.Estimated),
+		slog.Int64("ttft_ms", e.TTFTMillis),
+		slog.Int64("duration_ms", e.DurationMillis),
+		slog.String("backend", e.Backend),
+	}
+	defer g.settled(e.GenerationID)
+	if err != nil {
+		// What the log line holds is all there is left of this request's bill: it carries every
+		// field of the event, so that it can be replayed into the store by hand.
+		g.log.LogAttrs(ctx, slog.LevelError, "settlement abandoned", append(attrs, slog.String("error", err.Error()))...)
+		return
+	}
+	if res.AlreadyApplied {
+		attrs = append(attrs, slog.Bool("already_applied", true))
+	}
+	if res.WrittenOff > 0 {
+		// The store capped the debit at what the organization had: the event holds the debited
+		// cost, and this is what could not be billed.
+		e.Cost -= res.WrittenOff
+		e.Estimated = true
+		attrs = append(attrs, slog.String("written_off", res.WrittenOff.String()))
+		g.log.LogAttrs(ctx, slog.LevelWarn, "debit capped at the available balance", attrs...)
+	}
+	g.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+	if g.opt.Publish != nil && !res.AlreadyApplied {
+		g.opt.Publish(ctx, e)
+	}
+}
+
+// pending is a request admitted by this process and not yet settled: what GET /v1/generation
+// answers for it while it runs.
+type pending struct {
+	orgID string
+	event usage.Event // as admitted
+}
+
+// settled forgets a generation once it is settled (or abandoned).
+func (g *Gateway) settled(generationID string) {
+	if _, ok := g.unsettled.LoadAndDelete(generationID); ok {
+		g.admitted.Add(-1)
+	}
+}
+
+// running returns the event as admitted of a generation of this organization that this process
+// is still serving.
+func (g *Gateway) running(orgID, generationID string) (usage.Event, bool) {
+	v, ok := g.unsettled.Load(generationID)
+	if !ok || v.(*pending).orgID != orgID {
+		return usage.Event{}, false
+	}
+	return v.(*pending).event, true
+}
+
+// settleRetrying applies a settlement, retrying with backoff while the store fails, until giveUp
+// (and on Lambda no later than a second before the invocation's deadline): a request the client
+// received must not go unbilled because the store blinked. Settle is idempotent, so a retry after
+// a lost answer changes nothing. Each try has at most 10 s.
+func (g *Gateway) settleRetrying(reqCtx context.Context, st store.Settlement, giveUp time.Time) (store.SettleResult, error) {
+	if dl, ok := reqCtx.Deadline(); ok && dl.Add(-time.Second).Before(giveUp) {
+		giveUp = dl.Add(-time.Second)
+	}
+	base := context.WithoutCancel(reqCtx)
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		deadline := time.Now().Add(10 * time.Second)
+		if giveUp.Before(deadline) && giveUp.After(time.Now()) {
+			deadline = giveUp
+		}
+		ctx, cancel := context.WithDeadline(base, deadline)
+		res, err := g.opt.Store.Settle(ctx, st)
+		cancel()
+		if err == nil || time.Now().Add(backoff).After(giveUp) {
+			return res, err
+		}
+		g.log.LogAttrs(base, slog.LevelWarn, "settlement failed; retrying",
+			slog.String("generation_id", st.Event.GenerationID), slog.Int("attempt", attempt),
+			slog.Duration("backoff", backoff), slog.String("error", err.Error()))
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// renewLeases renews the exchange's lease every third of its TTL until settlement, so that a
+// long stream keeps its slot and a crashed one loses it, and arms the fence: should the lease go
+// unrenewed until fenceMargin before it expires (the store stalled, or the lease was lost), the
+// request's backend call is cancelled with causeSlotLost and the request stops being served. The
+// timers are created under x.mu, which every renewal and the fence take before they touch them,
+// and neither re-arms once the exchange is settled: nothing outlives settlement.
+func (g *Gateway) renewLeases(x *exchange) {
+	every := g.opt.LeaseTTL / 3
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.renewer = time.AfterFunc(every, func() { g.renewLease(x, every) })
+	x.fence = time.AfterFunc(g.fenceIn(x.lease), func() { g.checkFence(x) })
+}
+
+// fenceIn is how long from now a request holding lease may be served without a renewal.
+func (g *Gateway) fenceIn(lease store.Lease) time.Duration {
+	return max(lease.Expires.Sub(g.opt.Now())-g.fenceMargin(), 0)
+}
+
+// fenceMargin is how long before its lease expires a request stops being served: a sixth of the
+// lease (10 s of the default 60 s), so that renewals every third of it have two tries left, and
+// the gateways' clocks, which expiry is measured by, may disagree by less than that.
+func (g *Gateway) fenceMargin() time.Duration { return g.opt.LeaseTTL / 6 }
+
+func (g *Gateway) checkFence(x *exchange) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.settled {
+		return
+	}
+	if wait := g.fenceIn(x.lease); wait > 0 {
+		x.fence.Reset(wait) // renewed meanwhile
+		return
+	}
+	g.log.LogAttrs(context.Background(), slog.LevelWarn, "lease about to expire unrenewed; stopping the request",
+		slog.String("generation_id", x.lease.HolderID), slog.String("org_id", x.lease.OrgID))
+	x.lost(causeSlotLost)
+}
+
+func (g *Gateway) renewLease(x *exchange, every time.Duration) {
+	x.mu.Lock()
+	lease, settled := x.lease, x.settled
+	x.mu.Unlock()
+	if settled {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), every)
+	defer cancel()
+	renewed, err := g.opt.Store.Renew(ctx, lease, g.opt.Now(), g.opt.LeaseTTL)
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if err != nil {
+		g.log.LogAttrs(ctx, slog.LevelWarn, "lease renewal failed", slog.String("generation_id", lease.HolderID), slog.String("org_id", lease.OrgID), slog.String("error", err.Error()))
+		if errors.Is(err, store.ErrLeaseLost) {
+			if !x.settled {
+				x.lost(causeSlotLost) // the slot is gone; renewing again cannot bring it back
+			}
+			return
+		}
+	} else {
+		x.lease = renewed
+	}
+	if !x.settled {
+		x.renewer.Reset(every)
+	}
+}
+
+// Drain waits until every admitted request has been settled, its handler having returned and its
+// settlement, in the background or not, having finished; or until ctx ends. A server's Shutdown
+// waits for handlers, but one that timed out leaves handlers running that Drain still waits for.
+func (g *Gateway) Drain(ctx context.Context) error {
+	for g.admitted.Load() > 0 || g.unsettledLate.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return errors.Join(errors.New("requests not yet settled"), ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
