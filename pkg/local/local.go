@@ -239,7 +239,11 @@ func seedDemo(ctx context.Context, st store.Store, cfg config.Config, cat *catal
 		return fmt.Errorf("KILN_DEMO_CREDITS: %w", err)
 	}
 	now := time.Now().UTC()
-	if err := st.CreateOrg(ctx, store.Org{ID: DemoOrgID, Name: "Demo", Status: store.OrgActive, MaxInFlight: store.DefaultMaxInFlight, CreatedAt: now}); err != nil {
+	if err := st.CreateOrg(ctx, store.Org{ID: DemoOrgID, Name: "Demo", Status: store.OrgActive, MaxInFlight: store.DefaultMaxInFlight, CreatedAt: now}); errors.Is(err, store.ErrExists) {
+		// Another gateway starting on the same tables seeded it first.
+		fmt.Fprintf(out, "Another gateway created the demo organization %s a moment ago; its key was printed there.\n", DemoOrgID)
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("create demo organization: %w", err)
 	}
 	if err := st.AddEntry(ctx, store.LedgerEntry{ID: "top_demo", OrgID: DemoOrgID, Kind: store.EntryTopUp, Amount: credits, Note: "demo credits", At: now}); err != nil {

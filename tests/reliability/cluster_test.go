@@ -167,9 +167,11 @@ func TestManyGatewaysOneStore(t *testing.T) {
 	killMidStream(t, st, gws, key, org)
 }
 
-// clusterRequest sends one short stream and counts it open from its 200 until its [DONE]: both
-// lie inside the time its slot is held (admission comes before the headers, release after the
-// last event), so the count can never legitimately exceed the limit.
+// clusterRequest sends one short stream and counts it open from its 200 until the first event
+// after its generated content (the finish chunk, or [DONE]): both lie inside the time its slot is
+// held (admission comes before the headers; the release, which comes before the stream's last
+// event so that the slot is free when the client sees the end, comes after every chunk of the
+// answer), so the count can never legitimately exceed the limit.
 func clusterRequest(ctx context.Context, base, key, content string, open, maxOpen *atomic.Int64) (int, string, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions",
 		strings.NewReader(chatBody("ok", content, true, clusterTokens)))
@@ -210,22 +212,26 @@ func clusterRequest(ctx context.Context, base, key, content string, open, maxOpe
 		}
 	}()
 	sc := bufio.NewScanner(resp.Body)
-	chunks := 0
+	chunks, done := 0, false
 	for sc.Scan() {
-		line := sc.Text()
-		if line == "data: [DONE]" {
-			open.Add(-1)
-			closed = true
+		d, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
 			continue
 		}
-		if d, ok := strings.CutPrefix(line, "data: "); ok && isContent(d) {
+		if isContent(d) {
 			chunks++
+			continue
 		}
+		if !closed && (chunks > 0 || d == "[DONE]") {
+			open.Add(-1)
+			closed = true
+		}
+		done = done || d == "[DONE]"
 	}
 	if err := sc.Err(); err != nil {
 		return 200, genID, err
 	}
-	if !closed || chunks != clusterTokens {
+	if !done || chunks != clusterTokens {
 		return 200, genID, fmt.Errorf("%s: stream ended without [DONE] or with %d chunks", genID, chunks)
 	}
 	return 200, genID, nil

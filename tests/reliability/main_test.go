@@ -8,6 +8,7 @@ package reliability
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -178,6 +179,9 @@ type model struct {
 	URL        string // backend base URL, ending in /v1
 	Backend    string // the backend's model name; the simulator serves it
 	Continuous bool
+	// ContextLength is the catalog's context length (1,000,000 when zero): with the prices
+	// below, admission reserves $0.06 of a request's worst-case prompt per million tokens of it.
+	ContextLength int
 }
 
 // writeCatalog writes a catalog of models and returns its path.
@@ -189,7 +193,7 @@ func writeCatalog(t *testing.T, models ...model) string {
 		fmt.Fprintf(&b, `  - id: %s
     owned_by: test
     created: 1754000000
-    context_length: 1000000
+    context_length: %d
     input_modalities: [text]
     parallel_tool_calls: false
     forced_tool_choice: true
@@ -203,7 +207,7 @@ func writeCatalog(t *testing.T, models ...model) string {
         url: %s
         model: %s
         continuous_usage: %v
-`, m.ID, priceInput, priceCached, priceOutput, m.ID, m.URL, m.Backend, m.Continuous)
+`, m.ID, cmp.Or(m.ContextLength, 1000000), priceInput, priceCached, priceOutput, m.ID, m.URL, m.Backend, m.Continuous)
 	}
 	path := filepath.Join(t.TempDir(), "catalog.yaml")
 	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
