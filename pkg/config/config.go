@@ -40,6 +40,8 @@ type Config struct {
 	DemoOrgCredits   string        // KILN_DEMO_CREDITS: credits given to the demo organization at first start
 	ShutdownGrace    time.Duration // KILN_SHUTDOWN_GRACE: how long open streams may finish on SIGTERM
 	SettleReserve    time.Duration // KILN_SETTLE_RESERVE: stop streams this long before a deadline
+	AdmitTimeout     time.Duration // KILN_ADMIT_TIMEOUT: admission's store deadline, then 503
+	SettleWait       time.Duration // KILN_SETTLE_WAIT: how long an answer's end waits for its settlement
 }
 
 // Load reads the configuration through getenv (os.Getenv in main, a map in tests).
@@ -84,6 +86,8 @@ func Load(getenv func(string) string) (Config, error) {
 		DemoOrgCredits:   str("KILN_DEMO_CREDITS", "10.00"),
 		ShutdownGrace:    dur("KILN_SHUTDOWN_GRACE", 30*time.Second),
 		SettleReserve:    dur("KILN_SETTLE_RESERVE", 5*time.Second),
+		AdmitTimeout:     dur("KILN_ADMIT_TIMEOUT", 2*time.Second),
+		SettleWait:       dur("KILN_SETTLE_WAIT", 10*time.Second),
 	}
 	def := StoreSQLite
 	if c.OnLambda {

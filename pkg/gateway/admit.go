@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
@@ -47,8 +48,11 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*
 		writeError(w, e)
 		return nil, false
 	}
-	// 3, 4. Key and organization.
-	p, e := g.authenticate(ctx, r)
+	// 3, 4. Key and organization. The key lookup and the admission share one deadline: a
+	// stalled store answers 503 within it.
+	sctx, cancel := context.WithTimeout(ctx, g.opt.AdmitTimeout)
+	defer cancel()
+	p, e := g.authenticate(sctx, r)
 	if e != nil {
 		writeError(w, e)
 		return nil, false
@@ -64,8 +68,12 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*
 	}
 	// 5, 6. Credits and an in-flight slot, in one store call.
 	genID := newGenerationID()
-	lease, err := g.admitSlot(ctx, store.AdmitRequest{OrgID: p.OrgID, HolderID: genID, Now: started, TTL: g.opt.LeaseTTL, Reserve: reserve})
+	areq := store.AdmitRequest{OrgID: p.OrgID, HolderID: genID, Now: started, TTL: g.opt.LeaseTTL, Reserve: reserve}
+	lease, err := g.admitSlot(sctx, areq)
 	if err != nil {
+		if !refused(err) && !errors.Is(err, errBacklog) {
+			g.releaseUnknown(areq)
+		}
 		writeError(w, g.admissionError(ctx, err, p, genID, reserve))
 		return nil, false
 	}
@@ -116,9 +124,53 @@ func (g *Gateway) admitSlot(ctx context.Context, req store.AdmitRequest) (store.
 	if g.unsettledLate.Load() >= maxUnsettled {
 		return store.Lease{}, errBacklog
 	}
-	ctx, cancel := context.WithTimeout(ctx, g.opt.AdmitTimeout)
-	defer cancel()
 	return g.opt.Store.Admit(ctx, req)
+}
+
+// refused reports whether an admission's error is the store's answer, not a failure to get one.
+func refused(err error) bool {
+	for _, target := range []error{store.ErrSuspended, store.ErrInsufficientCredits, store.ErrSlotsFull, store.ErrNotFound, store.ErrExists} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseUnknown gives up the lease of an admission whose call failed or timed out: the store may
+// yet apply it (a stalled server works off what it had received), and a lease nobody settles would
+// hold a slot and its reservation until it expired. Off Lambda it is released in the background,
+// looked for a few times while the store recovers; at most maxUnsettled such releases run at
+// once, and beyond them, and on Lambda, such a lease expires after its TTL.
+func (g *Gateway) releaseUnknown(req store.AdmitRequest) {
+	if !g.opt.SettleInBackground || g.unsettledLate.Load() >= maxUnsettled {
+		return
+	}
+	ttl := g.opt.LeaseTTL
+	lease := store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: req.Now.Add(ttl), Reserved: req.Reserve}
+	g.unsettledLate.Add(1)
+	go func() {
+		defer g.unsettledLate.Add(-1)
+		backoff, misses := 100*time.Millisecond, 0
+		for time.Now().Before(lease.Expires) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			released, err := g.opt.Store.Release(ctx, lease)
+			cancel()
+			if released {
+				g.log.LogAttrs(ctx, slog.LevelInfo, "released the lease of an admission that timed out",
+					slog.String("generation_id", lease.HolderID), slog.String("org_id", lease.OrgID))
+				return
+			}
+			if err == nil {
+				if misses++; misses == 3 {
+					return // the admission never reached the store, or will expire there
+				}
+				backoff = time.Second << misses
+			}
+			time.Sleep(backoff)
+			backoff = min(2*backoff, 5*time.Second)
+		}
+	}()
 }
 
 // admissionError is the client's error for a refused admission.

@@ -122,6 +122,9 @@ func (c *maintenanceCache) get(ctx context.Context, now time.Time) (store.Mainte
 	m, err := c.store.Maintenance(ctx)
 	if err != nil {
 		if e := c.cur.Load(); e != nil {
+			// Kept for another TTL: while the store is down, one lookup per TTL waits for it,
+			// not every request.
+			c.cur.Store(&maintenanceEntry{m: e.m, expires: now.Add(c.ttl)})
 			return e.m, err
 		}
 		return store.Maintenance{}, err

@@ -109,10 +109,10 @@ func New(opt Options) (*Gateway, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g := &Gateway{
-		opt:      opt,
-		log:      log,
-		keys:     newKeyCache(opt.Store, opt.CacheTTL),
-		maint:    &maintenanceCache{store: opt.Store, ttl: opt.CacheTTL},
+		opt:       opt,
+		log:       log,
+		keys:      newKeyCache(opt.Store, opt.CacheTTL),
+		maint:     &maintenanceCache{store: opt.Store, ttl: opt.CacheTTL},
 		admitting: make(chan struct{}, maxAdmitting),
 	}
 	g.modelsList, g.modelByID = renderModels(opt.Catalog)
@@ -170,7 +170,8 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request, h func(http.Respon
 		writeError(w, errMethod(r, http.MethodGet))
 		return
 	}
-	ctx := r.Context()
+	ctx, cancel := context.WithTimeout(r.Context(), g.opt.AdmitTimeout)
+	defer cancel()
 	if e := g.checkMaintenance(ctx); e != nil {
 		writeError(w, e)
 		return
@@ -193,7 +194,11 @@ func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write([]byte(`{"status":"ok"}` + "\n"))
 }
 
+// checkMaintenance answers the maintenance window's 503 while it is on. Its lookup has the
+// admission deadline: a stalled store must not hold every request behind it.
 func (g *Gateway) checkMaintenance(ctx context.Context) *apiError {
+	ctx, cancel := context.WithTimeout(ctx, g.opt.AdmitTimeout)
+	defer cancel()
 	m, err := g.maint.get(ctx, g.opt.Now())
 	if err != nil {
 		g.log.LogAttrs(ctx, slog.LevelError, "maintenance lookup failed", slog.String("error", err.Error()))

@@ -189,6 +189,8 @@ func GatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, g
 		LeaseTTL:      cfg.LeaseTTL,
 		CacheTTL:      cfg.CacheTTL,
 		SettleReserve: cfg.SettleReserve,
+		AdmitTimeout:  cfg.AdmitTimeout,
+		SettleWait:    cfg.SettleWait,
 	}
 }
 

@@ -180,6 +180,10 @@ type Gateway interface {
 	// max(Reserve, one picodollar) is available) and takes a slot (ErrSlotsFull) with its
 	// reservation in one atomic step. Expired leases free their slots and reservations.
 	Admit(ctx context.Context, req AdmitRequest) (Lease, error)
+	// Release gives up a lease whose admission's outcome is unknown (the call failed or timed
+	// out, and may yet have been applied): it removes the holder's lease and gives its
+	// reservation back, if the lease is there, and reports whether it was.
+	Release(ctx context.Context, lease Lease) (bool, error)
 	// Renew extends an unexpired lease by ttl from now; ErrLeaseLost when it is gone.
 	Renew(ctx context.Context, lease Lease, now time.Time, ttl time.Duration) (Lease, error)
 	// Settle releases the lease, debits once and records the event, atomically. A settlement

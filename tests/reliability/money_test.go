@@ -423,3 +423,81 @@ func usageCost(s string) (money.Amount, bool) {
 	a, err := money.Parse(rest[:end])
 	return a, err == nil
 }
+
+// TestStalledStoreHoldsNoWork: 128 clients send requests as fast as they are answered while
+// DynamoDB Local is frozen for 4 s. Admission's deadline (2 s) and the bound on admissions waiting
+// for the store (256) answer every one with a prompt 503 store_unavailable, nothing hangs, and the
+// gateway's memory stays flat; once the store is back, requests are served and nothing is left
+// held.
+func TestStalledStoreHoldsNoWork(t *testing.T) {
+	ddb := dynamoServer(t)
+	st, gws := dynamoGateways(t, 1, "60s")
+	gw := gws[0]
+	key := newOrg(t, st, "org_stall", 8, "10.00")
+	t.Cleanup(func() { _ = ddb.resume() })
+	if r := post(context.Background(), gw.Base, key, "/chat/completions", chatBody("ok", "warm", false, 1)); r.status != 200 {
+		t.Fatalf("warm-up: %d %s", r.status, r.body)
+	}
+	before := gw.rssBytes(t)
+	if err := ddb.pause(); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var clients sync.WaitGroup
+	var mu sync.Mutex
+	counts := map[int]int{}
+	var slowest time.Duration
+	var peak atomic.Int64
+	for range 128 {
+		clients.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				began := time.Now()
+				r := post(ctx, gw.Base, key, "/chat/completions", chatBody("ok", "during the stall", false, 1))
+				took := time.Since(began)
+				cancel()
+				mu.Lock()
+				counts[r.status]++
+				slowest = max(slowest, took)
+				if r.status != 503 || !strings.Contains(string(r.body), `"code":"store_unavailable"`) {
+					t.Errorf("during the stall: %d %v %.200s after %v", r.status, r.err, r.body, took)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	for range 8 {
+		time.Sleep(500 * time.Millisecond)
+		peak.Store(max(peak.Load(), gw.rssBytes(t)))
+	}
+	close(stop)
+	clients.Wait()
+	if err := ddb.resume(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("during a 4 s freeze: %v; slowest answer %v; RSS %d MiB before, at most %d MiB during",
+		counts, slowest.Round(time.Millisecond), before>>20, peak.Load()>>20)
+	if slowest > 5*time.Second {
+		t.Errorf("an answer took %v during the stall; admission's deadline is 2 s", slowest)
+	}
+	if grew := peak.Load() - before; grew > 64<<20 {
+		t.Errorf("RSS grew by %d MiB during the stall", grew>>20)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		r := post(context.Background(), gw.Base, key, "/chat/completions", chatBody("ok", "after the stall", false, 1))
+		if r.status == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the stall: %d %s", r.status, r.body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitIdle(t, st, "org_stall", 15*time.Second)
+}

@@ -200,6 +200,32 @@ func (s *Store) purge(ctx context.Context, orgID string, expired []string, lease
 	return nil
 }
 
+// Release removes a lease and gives its reservation back, if the lease is held with this
+// reservation: one conditional UpdateItem.
+func (s *Store) Release(ctx context.Context, lease store.Lease) (bool, error) {
+	if lease.OrgID == "" || lease.HolderID == "" {
+		return false, nil
+	}
+	err := write(ctx, func() error {
+		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 &s.tables.Orgs,
+			Key:                       orgKey(lease.OrgID),
+			UpdateExpression:          aws.String("REMOVE leases.#holder SET available = available + :reserved"),
+			ConditionExpression:       aws.String("leases.#holder.r = :reserved"),
+			ExpressionAttributeNames:  names("#holder", lease.HolderID),
+			ExpressionAttributeValues: item{":reserved": nv(int64(lease.Reserved))},
+		})
+		return err
+	})
+	if failed, _ := conditionFailed(err); failed {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("release %s of %s: %w", lease.HolderID, lease.OrgID, err)
+	}
+	return true, nil
+}
+
 // Renew extends an unexpired lease to now+ttl (store.DefaultLeaseTTL when ttl is zero) with one
 // conditional UpdateItem; ErrLeaseLost when the lease was released or had expired by now.
 func (s *Store) Renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {

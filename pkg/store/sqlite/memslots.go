@@ -128,18 +128,20 @@ func (m *memSlots) renew(orgID, holderID string, now, expires int64) error {
 	return nil
 }
 
-// release frees a holder's slot, if it holds one.
-func (m *memSlots) release(orgID, holderID string) {
+// release frees a holder's slot, if it holds one, and reports whether it did.
+func (m *memSlots) release(orgID, holderID string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	held := m.holders[orgID]
-	if _, ok := held[holderID]; ok {
+	_, ok := held[holderID]
+	if ok {
 		delete(held, holderID)
 		m.change()
 	}
 	if len(held) == 0 {
 		delete(m.holders, orgID)
 	}
+	return ok
 }
 
 // inFlight lists an organization's unexpired holders at now, by holder ID.

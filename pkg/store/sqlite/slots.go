@@ -111,6 +111,23 @@ func (s *Store) admitInMemory(ctx context.Context, req store.AdmitRequest, now, 
 	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires), Reserved: req.Reserve}, nil
 }
 
+// Release removes a lease, and with it its reservation, if it is held.
+func (s *Store) Release(ctx context.Context, lease store.Lease) (bool, error) {
+	if s.slots != nil {
+		return s.slots.release(lease.OrgID, lease.HolderID), nil
+	}
+	var res sql.Result
+	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
+		res, err = s.stmt(ctx, tx, s.st.settleRelease).ExecContext(ctx, lease.OrgID, lease.HolderID)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("release %s of %s: %w", lease.HolderID, lease.OrgID, err)
+	}
+	n, _ := res.RowsAffected()
+	return n > 0, nil
+}
+
 // Renew extends an unexpired lease to now+ttl (store.DefaultLeaseTTL when ttl is zero);
 // ErrLeaseLost when the lease was released or had expired by now.
 func (s *Store) Renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {

@@ -590,7 +590,6 @@ func settleCost(t *testing.T, s *sqlite.Store, orgID, gen string, cost money.Amo
 	return err
 }
 
-
 // TestAdmitAfterSettleInOneBatch: without OwnSlots, admission reads the balance in the write
 // transaction; a settlement before it in the same batch, which frees the slot, has debited it too.
 func TestAdmitAfterSettleInOneBatch(t *testing.T) {
