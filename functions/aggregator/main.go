@@ -21,6 +21,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/neocloud/kiln/pkg/awsenv"
 	"github.com/neocloud/kiln/pkg/ingest"
 	"github.com/neocloud/kiln/pkg/store/dynamo"
 	"github.com/neocloud/kiln/pkg/usage"
@@ -49,7 +50,7 @@ func setup(ctx context.Context, getenv func(string) string) (*ingest.Handler, er
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	st, err := dynamo.Open(ctx, dynamo.Config{
 		TablePrefix: getenv("KILN_TABLE_PREFIX"),
-		Endpoint:    getenv("KILN_DYNAMODB_ENDPOINT"),
+		Endpoint:    awsenv.Endpoint(getenv, "KILN_DYNAMODB_ENDPOINT", awsenv.DynamoDB),
 		Region:      getenv("AWS_REGION"),
 	})
 	if err != nil {
@@ -57,7 +58,7 @@ func setup(ctx context.Context, getenv func(string) string) (*ingest.Handler, er
 	}
 	h := ingest.New(usage.NewAggregator(st), log)
 	if bus := getenv("KILN_EVENT_BUS"); bus != "" {
-		eb, err := eventbridge.Open(ctx, eventbridge.Config{Bus: bus, Endpoint: getenv("KILN_EVENTBRIDGE_ENDPOINT"), Region: getenv("AWS_REGION")})
+		eb, err := eventbridge.Open(ctx, eventbridge.Config{Bus: bus, Endpoint: awsenv.Endpoint(getenv, "KILN_EVENTBRIDGE_ENDPOINT", awsenv.EventBridge), Region: getenv("AWS_REGION")})
 		if err != nil {
 			return nil, err
 		}
