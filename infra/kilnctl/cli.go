@@ -151,8 +151,8 @@ func isHelpFlag(s string) bool {
 func overview(group string) string {
 	var b bytes.Buffer
 	if group == "" {
-		b.WriteString("kilnctl administers a Kiln gateway: organizations, API keys, credits, usage and the\n" +
-			"maintenance window.\n\n")
+		b.WriteString("kilnctl administers a Kiln gateway: organizations, API keys, credits, usage, the\n" +
+			"maintenance window, and finance's exports, reports and reconciliation.\n\n")
 	}
 	b.WriteString("usage:\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
@@ -174,7 +174,8 @@ func overview(group string) string {
 			"environment:\n" +
 			"  KILN_STORE      sqlite (default) or dynamodb\n" +
 			"  KILN_DATA_DIR   embedded store directory (default ./.kiln)\n" +
-			"  KILN_TABLE_PREFIX, KILN_DYNAMODB_ENDPOINT, AWS_REGION   for the DynamoDB store\n\n" +
+			"  KILN_TABLE_PREFIX, KILN_DYNAMODB_ENDPOINT, AWS_REGION   for the DynamoDB store\n" +
+			"  AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL_S3   the SDK's endpoint overrides\n\n" +
 			"exit status: 0 success, 1 the command failed, 2 the command was used wrongly,\n" +
 			"3 finance reconcile found figures that differ.\n")
 	}

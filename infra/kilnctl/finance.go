@@ -154,7 +154,7 @@ func (c *cli) openExport(ctx context.Context, where string) (*finance.Export, er
 // financeReport answers "kilnctl finance report": the usage records of an export, listed or
 // rolled up, read as a stream.
 func financeReport(ctx context.Context, c *cli, f *flags, args []string) error {
-	where := f.String("export", "", "the export: s3://BUCKET/PREFIX or a `DIR`ectory holding a copy (required)")
+	where := f.String("export", "", "the export's `LOCATION`: s3://BUCKET/PREFIX, or a directory holding a copy of it (required)")
 	fromArg := f.String("from", "", "the first UTC `DAY`, such as 2026-11-01 (required)")
 	toArg := f.String("to", "", "the last UTC `DAY`, included (required)")
 	orgID := f.String("org", "", "only this organization's `ID`")
@@ -353,7 +353,7 @@ func writeFinanceRollup(w io.Writer, by, from, to string, groups map[string]*usa
 // financeReconcile answers "kilnctl finance reconcile": per organization × UTC day, the ledger's
 // debits against the usage records against the aggregates, exit status 3 when anything differs.
 func financeReconcile(ctx context.Context, c *cli, f *flags, args []string) error {
-	where := f.String("export", "", "the export: s3://BUCKET/PREFIX or a `DIR`ectory holding a copy (required)")
+	where := f.String("export", "", "the export's `LOCATION`: s3://BUCKET/PREFIX, or a directory holding a copy of it (required)")
 	fromArg := f.String("from", "", "the first UTC `DAY`, such as 2026-11-01 (required)")
 	toArg := f.String("to", "", "the last UTC `DAY`, included (required)")
 	if _, err := f.parse(args); err != nil {
