@@ -139,6 +139,30 @@ func TestScheduledReconciliationOfYesterday(t *testing.T) {
 		t.Errorf("after deleting the debit of %s: %+v\n%s", victim, res, stdout.String())
 	}
 
+	// A fold lost: one generation's marker gone and its cost taken off its roll-up. The roll-ups
+	// then differ from the usage records, and the markers name the generation.
+	lost := gens[4] // org_b's request of the day
+	tables := st.Tables()
+	if _, err := st.Client().DeleteItem(ctx, &dynamodb.DeleteItemInput{
+		TableName: aws.String(tables.Aggregates),
+		Key:       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "gen#" + lost}, "sk": &types.AttributeValueMemberS{Value: "org_b"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Client().UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 aws.String(tables.Aggregates),
+		Key:                       map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "org_b"}, "sk": &types.AttributeValueMemberS{Value: "day#2026-11-29#gpt-oss-120b"}},
+		UpdateExpression:          aws.String("ADD #c :c, #r :r"),
+		ExpressionAttributeNames:  map[string]string{"#c": "cost", "#r": "requests"},
+		ExpressionAttributeValues: map[string]types.AttributeValue{":c": &types.AttributeValueMemberN{Value: "-123456789012"}, ":r": &types.AttributeValueMemberN{Value: "-1"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	res, m = invoke(`{"task":"reconcile"}`)
+	if res.Differences != 2 || *m.Differences != 2 || !slices.Contains(m.GenerationIDs, lost) || !slices.Contains(m.GenerationIDs, victim) {
+		t.Errorf("after losing the fold of %s: %+v\n%s", lost, res, stdout.String())
+	}
+
 	// Other invocations still reach the ingest handler; an unknown task is an error.
 	if out, err := f.Invoke(ctx, json.RawMessage(`{"Records":[]}`)); err != nil || out == nil {
 		t.Errorf("an SQS batch: %v, %v", out, err)

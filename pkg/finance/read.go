@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
 // Records streams the usage records of the UTC days from..to (both included; "" leaves that
@@ -90,6 +92,7 @@ type TableReader interface {
 	UsageItems(ctx context.Context, orgID string, from, to time.Time, fn func(Item) error) error
 	LedgerItems(ctx context.Context, orgID, fromID, toID string, fn func(Item) error) error
 	DayRollupItems(ctx context.Context, orgID, fromDay, toDay string, fn func(Item) error) error
+	MarkerItems(ctx context.Context, orgID string, generationIDs []string, fn func(Item) error) error
 }
 
 // idMargin widens the time range of the generations read: a generation id's time is taken when
@@ -98,10 +101,56 @@ type TableReader interface {
 const idMargin = time.Hour
 
 // ReconcileTables reconciles the days opt.From..opt.To from the tables: ledger against usage per
-// generation, and the day roll-ups against the usage records per organization × day (the
-// markers are not read; they would cost a read per request).
+// generation, and the day roll-ups against the usage records per organization × day. The
+// generation markers are read only for an organization × day whose roll-ups differ (a read per
+// request otherwise), to name the generations behind the difference.
 func ReconcileTables(ctx context.Context, tr TableReader, opt Options) (Result, error) {
-	opt.Aggregates, opt.Markers = true, false
+	orgs, err := tr.OrgIDs(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	res, err := reconcileTables(ctx, tr, orgs, opt, false)
+	if err != nil {
+		return Result{}, err
+	}
+	var diffs []Difference
+	count := res.DifferenceCount
+	for _, d := range res.Differences {
+		if d.Kind != RollupDiffers {
+			diffs = append(diffs, d)
+			continue
+		}
+		// Again for that organization and day, with the markers of its generations.
+		one := opt
+		one.From, one.To = d.Day, d.Day
+		detail, err := reconcileTables(ctx, tr, []string{d.OrgID}, one, true)
+		if err != nil {
+			return Result{}, err
+		}
+		// The ledger's differences of that day are listed already. (A day with more
+		// differences than opt.MaxListed is counted by those listed: still not zero.)
+		var found []Difference
+		for _, dd := range detail.Differences {
+			switch dd.Kind {
+			case NotAggregated, AggregatedWithoutUsage, AggregateDiffers, RollupDiffers, Duplicate:
+				found = append(found, dd)
+			}
+		}
+		if len(found) == 0 {
+			found = []Difference{d}
+		}
+		diffs = append(diffs, found...)
+		count += len(found) - 1
+	}
+	if diffs == nil {
+		diffs = []Difference{}
+	}
+	res.Differences, res.DifferenceCount = diffs, count
+	return res, nil
+}
+
+func reconcileTables(ctx context.Context, tr TableReader, orgs []string, opt Options, markers bool) (Result, error) {
+	opt.Aggregates, opt.Markers = true, markers
 	r, err := NewReconciler(opt)
 	if err != nil {
 		return Result{}, err
@@ -110,14 +159,35 @@ func ReconcileTables(ctx context.Context, tr TableReader, opt Options) (Result, 
 	from, _ := time.Parse(time.DateOnly, opt.From)
 	to, _ := time.Parse(time.DateOnly, opt.To)
 	end := to.AddDate(0, 0, 1)
-	orgs, err := tr.OrgIDs(ctx)
-	if err != nil {
-		return Result{}, err
-	}
 	for _, org := range orgs {
 		// Usage from an hour before the first day, to match debits of requests that ran over
 		// midnight; the Reconciler keeps only the days asked for.
-		if err := tr.UsageItems(ctx, org, from.Add(-idMargin), end, func(it Item) error { return r.Item(Usage, it) }); err != nil {
+		var gens []string
+		flush := func() error {
+			if len(gens) == 0 {
+				return nil
+			}
+			err := tr.MarkerItems(ctx, org, gens, func(it Item) error { return r.Item(Aggregates, it) })
+			gens = gens[:0]
+			return err
+		}
+		err := tr.UsageItems(ctx, org, from.Add(-idMargin), end, func(it Item) error {
+			if err := r.Item(Usage, it); err != nil {
+				return err
+			}
+			if markers {
+				if g, ok := it["generation_id"].(*types.AttributeValueMemberS); ok {
+					if gens = append(gens, g.Value); len(gens) == 100 {
+						return flush()
+					}
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			err = flush()
+		}
+		if err != nil {
 			return Result{}, err
 		}
 		lo, hi := GenerationIDRange(from.Add(-idMargin), end.Add(idMargin))

@@ -106,3 +106,37 @@ func (s *Store) queryItems(ctx context.Context, in *dynamodb.QueryInput, fn func
 	}
 	return nil
 }
+
+// MarkerItems hands fn the aggregates' generation markers of the organization's generations
+// that have one: BatchGetItem, 100 keys a call, unprocessed keys asked again.
+func (s *Store) MarkerItems(ctx context.Context, orgID string, generationIDs []string, fn func(map[string]types.AttributeValue) error) error {
+	for len(generationIDs) > 0 {
+		n := min(100, len(generationIDs))
+		keys := make([]map[string]types.AttributeValue, 0, n)
+		for _, gen := range generationIDs[:n] {
+			keys = append(keys, keyOf("pk", markerPrefix+gen, "sk", orgID))
+		}
+		generationIDs = generationIDs[n:]
+		req := map[string]types.KeysAndAttributes{s.tables.Aggregates: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for try := 0; len(req) > 0; try++ {
+			if try > 0 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Duration(min(try, 10)) * 50 * time.Millisecond):
+				}
+			}
+			out, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return fmt.Errorf("markers of %s: %w", orgID, err)
+			}
+			for _, it := range out.Responses[s.tables.Aggregates] {
+				if err := fn(it); err != nil {
+					return err
+				}
+			}
+			req = out.UnprocessedKeys
+		}
+	}
+	return nil
+}
