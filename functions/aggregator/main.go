@@ -9,6 +9,11 @@
 // published again (pkg/usage/publish). On Lambda the gateway publishes synchronously, so only a
 // failing bus or a crash leaves anything there.
 //
+// Once a day (the Reconcile schedule, input {"task": "reconcile"}) it reconciles yesterday from
+// the tables themselves — the ledger's debits against the usage records against the day
+// roll-ups, per organization (pkg/finance) — and writes the result as a CloudWatch metric in the
+// embedded metric format on stdout (Kiln/ReconciliationDifferences), which an alarm watches.
+//
 // The release build is linux/arm64 with -tags lambda.norpc and CGO_ENABLED=0 (infra/lambdabuild).
 package main
 
@@ -21,6 +26,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
+	"github.com/neocloud/kiln/pkg/awsenv"
 	"github.com/neocloud/kiln/pkg/ingest"
 	"github.com/neocloud/kiln/pkg/store/dynamo"
 	"github.com/neocloud/kiln/pkg/usage"
@@ -39,7 +45,7 @@ func main() {
 
 // setup wires the function from its environment. It reads only what it needs — pkg/config
 // would link the embedded store into a function that has no use for it.
-func setup(ctx context.Context, getenv func(string) string) (*ingest.Handler, error) {
+func setup(ctx context.Context, getenv func(string) string) (*function, error) {
 	level := slog.LevelInfo
 	if v := getenv("KILN_LOG_LEVEL"); v != "" {
 		if err := level.UnmarshalText([]byte(v)); err != nil {
@@ -49,7 +55,7 @@ func setup(ctx context.Context, getenv func(string) string) (*ingest.Handler, er
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	st, err := dynamo.Open(ctx, dynamo.Config{
 		TablePrefix: getenv("KILN_TABLE_PREFIX"),
-		Endpoint:    getenv("KILN_DYNAMODB_ENDPOINT"),
+		Endpoint:    awsenv.Endpoint(getenv, "KILN_DYNAMODB_ENDPOINT", awsenv.DynamoDB),
 		Region:      getenv("AWS_REGION"),
 	})
 	if err != nil {
@@ -57,7 +63,7 @@ func setup(ctx context.Context, getenv func(string) string) (*ingest.Handler, er
 	}
 	h := ingest.New(usage.NewAggregator(st), log)
 	if bus := getenv("KILN_EVENT_BUS"); bus != "" {
-		eb, err := eventbridge.Open(ctx, eventbridge.Config{Bus: bus, Endpoint: getenv("KILN_EVENTBRIDGE_ENDPOINT"), Region: getenv("AWS_REGION")})
+		eb, err := eventbridge.Open(ctx, eventbridge.Config{Bus: bus, Endpoint: awsenv.Endpoint(getenv, "KILN_EVENTBRIDGE_ENDPOINT", awsenv.EventBridge), Region: getenv("AWS_REGION")})
 		if err != nil {
 			return nil, err
 		}
@@ -67,5 +73,9 @@ func setup(ctx context.Context, getenv func(string) string) (*ingest.Handler, er
 		}
 		h.WithSweep(pub.Sweep)
 	}
-	return h, nil
+	prefix := getenv("KILN_TABLE_PREFIX")
+	if prefix == "" {
+		prefix = dynamo.DefaultTablePrefix
+	}
+	return &function{ingest: h, tables: st, prefix: prefix, stdout: os.Stdout, log: log, now: time.Now}, nil
 }

@@ -45,9 +45,13 @@ func (c *cli) run(ctx context.Context, args []string) int {
 	err := c.dispatch(ctx, args)
 	var help *helpRequest
 	var usage *usageError
+	var exit *exitCode
 	switch {
 	case err == nil:
 		return 0
+	case errors.As(err, &exit):
+		fmt.Fprintf(c.stderr, "kilnctl: %s\n", exit.msg)
+		return exit.code
 	case errors.As(err, &help):
 		io.WriteString(c.stdout, help.usage)
 		return 0
@@ -89,7 +93,10 @@ func commands() []command {
 		{"maintenance on", "--until TIME", "answer 503 to every request until TIME (RFC 3339)", maintenanceOn},
 		{"maintenance off", "", "end the maintenance window", maintenanceOff},
 		{"maintenance show", "", "show the maintenance window", maintenanceShow},
-		{"dev create-tables", "", "create the missing DynamoDB tables on the local endpoint KILN_DYNAMODB_ENDPOINT", devCreateTables},
+		{"finance export", "--bucket B --prefix P [--at TIME]", "export the ledger, usage and aggregates tables to S3 (point in time) and wait", financeExport},
+		{"finance report", "--export s3://B/P|DIR --from DAY --to DAY [--by day|model|org] [--org ID] [--csv]", "list or roll up the usage records of an export", financeReport},
+		{"finance reconcile", "--export s3://B/P|DIR --from DAY --to DAY", "prove an export's ledger, usage and aggregates agree per organization and day (exit 3 if not)", financeReconcile},
+		{"dev create-tables", "", "create the missing DynamoDB tables on the local endpoint, with point-in-time recovery", devCreateTables},
 	}
 }
 
@@ -144,8 +151,8 @@ func isHelpFlag(s string) bool {
 func overview(group string) string {
 	var b bytes.Buffer
 	if group == "" {
-		b.WriteString("kilnctl administers a Kiln gateway: organizations, API keys, credits, usage and the\n" +
-			"maintenance window.\n\n")
+		b.WriteString("kilnctl administers a Kiln gateway: organizations, API keys, credits, usage, the\n" +
+			"maintenance window, and finance's exports, reports and reconciliation.\n\n")
 	}
 	b.WriteString("usage:\n")
 	tw := tabwriter.NewWriter(&b, 0, 0, 3, ' ', 0)
@@ -167,8 +174,10 @@ func overview(group string) string {
 			"environment:\n" +
 			"  KILN_STORE      sqlite (default) or dynamodb\n" +
 			"  KILN_DATA_DIR   embedded store directory (default ./.kiln)\n" +
-			"  KILN_TABLE_PREFIX, KILN_DYNAMODB_ENDPOINT, AWS_REGION   for the DynamoDB store\n\n" +
-			"exit status: 0 success, 1 the command failed, 2 the command was used wrongly.\n")
+			"  KILN_TABLE_PREFIX, KILN_DYNAMODB_ENDPOINT, AWS_REGION   for the DynamoDB store\n" +
+			"  AWS_ENDPOINT_URL, AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL_S3   the SDK's endpoint overrides\n\n" +
+			"exit status: 0 success, 1 the command failed, 2 the command was used wrongly,\n" +
+			"3 finance reconcile found figures that differ.\n")
 	}
 	return b.String()
 }

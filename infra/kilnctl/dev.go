@@ -9,7 +9,7 @@ import (
 )
 
 // devCreateTables answers "kilnctl dev create-tables": on a local DynamoDB endpoint it creates
-// the tables that are missing. In AWS the tables come from template.yaml, so it refuses to run
+// the tables that are missing and turns point-in-time recovery on where the server has it. In AWS the tables come from template.yaml, so it refuses to run
 // without KILN_DYNAMODB_ENDPOINT.
 func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error {
 	if _, err := f.parse(args); err != nil {
@@ -19,10 +19,11 @@ func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	tables, created, err := config.CreateLocalTables(ctx, cfg)
+	lt, err := config.CreateLocal(ctx, cfg)
 	if err != nil {
 		return err
 	}
+	tables, created := lt.Tables, lt.Created
 	type tableJSON struct {
 		Name    string `json:"name"`
 		Created bool   `json:"created"`
@@ -33,9 +34,10 @@ func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error
 	}
 	if *f.json {
 		return writeJSON(c.stdout, struct {
-			Endpoint string      `json:"endpoint"`
-			Tables   []tableJSON `json:"tables"`
-		}{cfg.DynamoDBEndpoint, list})
+			Endpoint            string      `json:"endpoint"`
+			Tables              []tableJSON `json:"tables"`
+			PointInTimeRecovery bool        `json:"point_in_time_recovery"`
+		}{cfg.DynamoDBEndpoint, list, lt.PointInTimeRecovery})
 	}
 	for _, t := range list {
 		what := "exists"
@@ -46,5 +48,10 @@ func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error
 			return err
 		}
 	}
-	return nil
+	pitr := "point-in-time recovery on (finance export works)"
+	if !lt.PointInTimeRecovery {
+		pitr = "point-in-time recovery: this server has none (Amazon DynamoDB Local); finance export needs moto or AWS"
+	}
+	_, err = fmt.Fprintln(c.stdout, pitr)
+	return err
 }

@@ -39,6 +39,7 @@ func TestOnDynamoDBLocal(t *testing.T) {
 				Name    string `json:"name"`
 				Created bool   `json:"created"`
 			} `json:"tables"`
+			PointInTimeRecovery bool `json:"point_in_time_recovery"`
 		}
 		e.json(&got, "dev", "create-tables")
 		if got.Endpoint != srv.Endpoint || len(got.Tables) != 5 {
@@ -48,6 +49,11 @@ func TestOnDynamoDBLocal(t *testing.T) {
 			if got.Tables[i].Name != prefix+name || !got.Tables[i].Created {
 				t.Errorf("table %d = %+v, want %s created", i, got.Tables[i], prefix+name)
 			}
+		}
+		// DynamoDB Local has no continuous backups: create-tables says so and goes on (on moto,
+		// TestFinanceOnMoto checks that it turns point-in-time recovery on).
+		if got.PointInTimeRecovery {
+			t.Errorf("dev create-tables on DynamoDB Local claims point-in-time recovery: %+v", got)
 		}
 		// Again: nothing to create, and the store works.
 		if out := e.ok("dev", "create-tables"); strings.Count(out, "exists") != 5 {

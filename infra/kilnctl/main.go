@@ -19,6 +19,9 @@
 //	kilnctl usage --org ID --from 2026-11-01 --to 2026-11-30 [--by day|model] [--csv]
 //	kilnctl maintenance on --until 2026-12-01T06:00:00Z
 //	kilnctl maintenance off | maintenance show
+//	kilnctl finance export --bucket B --prefix P [--at TIME] [--poll 10s]
+//	kilnctl finance report --export s3://B/P|DIR --from DAY --to DAY [--by day|model|org] [--org ID] [--csv]
+//	kilnctl finance reconcile --export s3://B/P|DIR --from DAY --to DAY
 //	kilnctl dev create-tables                creates missing DynamoDB tables on KILN_DYNAMODB_ENDPOINT
 //	kilnctl help [COMMAND]
 //
@@ -31,7 +34,8 @@
 // CSV times are RFC 3339 with nanoseconds.
 //
 // Exit status: 0 on success; 1 when the command failed (the message is on stderr); 2 when it
-// was used wrongly (the message and the command's usage are on stderr). A failed or wrongly
+// was used wrongly (the message and the command's usage are on stderr); 3 when finance
+// reconcile found figures that differ (the differences are on stdout). A failed or wrongly
 // used command changes nothing.
 package main
 

@@ -8,6 +8,8 @@ import (
 	"net"
 	"strconv"
 	"time"
+
+	"github.com/neocloud/kiln/pkg/awsenv"
 )
 
 // Store kinds.
@@ -25,9 +27,10 @@ type Config struct {
 	Keepalive        time.Duration // KILN_KEEPALIVE: backend silence before a ": keepalive" comment
 	MaxBody          int64         // KILN_MAX_BODY: request body limit in bytes
 	TablePrefix      string        // KILN_TABLE_PREFIX
-	DynamoDBEndpoint string        // KILN_DYNAMODB_ENDPOINT
+	DynamoDBEndpoint string        // KILN_DYNAMODB_ENDPOINT, else AWS_ENDPOINT_URL_DYNAMODB, else AWS_ENDPOINT_URL
 	EventBus         string        // KILN_EVENT_BUS
-	EventBridgeURL   string        // KILN_EVENTBRIDGE_ENDPOINT
+	EventBridgeURL   string        // KILN_EVENTBRIDGE_ENDPOINT, else AWS_ENDPOINT_URL_EVENTBRIDGE, else AWS_ENDPOINT_URL
+	S3Endpoint       string        // AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL (kilnctl finance)
 	UsageSweep       time.Duration // KILN_USAGE_SWEEP: how often unacknowledged usage events are published again
 	Region           string        // AWS_REGION
 	Simulator        string        // KILN_SIMULATOR_ADDR: start the built-in model simulator there ("" = don't)
@@ -72,9 +75,10 @@ func Load(getenv func(string) string) (Config, error) {
 		Catalog:          getenv("KILN_CATALOG"),
 		Keepalive:        dur("KILN_KEEPALIVE", 15*time.Second),
 		TablePrefix:      str("KILN_TABLE_PREFIX", "kiln-"),
-		DynamoDBEndpoint: getenv("KILN_DYNAMODB_ENDPOINT"),
+		DynamoDBEndpoint: awsenv.Endpoint(getenv, "KILN_DYNAMODB_ENDPOINT", awsenv.DynamoDB),
 		EventBus:         getenv("KILN_EVENT_BUS"),
-		EventBridgeURL:   getenv("KILN_EVENTBRIDGE_ENDPOINT"),
+		EventBridgeURL:   awsenv.Endpoint(getenv, "KILN_EVENTBRIDGE_ENDPOINT", awsenv.EventBridge),
+		S3Endpoint:       awsenv.Endpoint(getenv, "", awsenv.S3),
 		UsageSweep:       dur("KILN_USAGE_SWEEP", time.Minute),
 		Region:           getenv("AWS_REGION"),
 		Simulator:        getenv("KILN_SIMULATOR_ADDR"),

@@ -49,3 +49,22 @@ func TestOverrides(t *testing.T) {
 		t.Errorf("%+v, %v", c, err)
 	}
 }
+
+// TestEndpointsFollowTheSDKConvention: the AWS SDK's AWS_ENDPOINT_URL and
+// AWS_ENDPOINT_URL_<SERVICE> set the endpoints too, after Kiln's own names.
+func TestEndpointsFollowTheSDKConvention(t *testing.T) {
+	c, err := Load(env(map[string]string{"AWS_ENDPOINT_URL": "http://127.0.0.1:5000"}))
+	if err != nil || c.DynamoDBEndpoint != "http://127.0.0.1:5000" || c.EventBridgeURL != "http://127.0.0.1:5000" || c.S3Endpoint != "http://127.0.0.1:5000" {
+		t.Errorf("AWS_ENDPOINT_URL: %+v, %v", c, err)
+	}
+	c, err = Load(env(map[string]string{
+		"AWS_ENDPOINT_URL":             "http://127.0.0.1:5000",
+		"AWS_ENDPOINT_URL_DYNAMODB":    "http://127.0.0.1:8000",
+		"AWS_ENDPOINT_URL_S3":          "http://127.0.0.1:9000",
+		"KILN_EVENTBRIDGE_ENDPOINT":    "http://127.0.0.1:4000",
+		"AWS_ENDPOINT_URL_EVENTBRIDGE": "http://127.0.0.1:4001",
+	}))
+	if err != nil || c.DynamoDBEndpoint != "http://127.0.0.1:8000" || c.S3Endpoint != "http://127.0.0.1:9000" || c.EventBridgeURL != "http://127.0.0.1:4000" {
+		t.Errorf("per service: %+v, %v", c, err)
+	}
+}

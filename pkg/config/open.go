@@ -66,24 +66,49 @@ func dynamoConfig(c Config) dynamo.Config {
 	return dynamo.Config{TablePrefix: c.TablePrefix, Endpoint: c.DynamoDBEndpoint, Region: c.Region}
 }
 
+// LocalTables is what CreateLocalTables did.
+type LocalTables struct {
+	Tables  dynamo.Tables
+	Created []string // the tables that did not exist
+	// PointInTimeRecovery is true when every table has it on; false on a server that has none
+	// (Amazon DynamoDB Local), which then cannot export either.
+	PointInTimeRecovery bool
+}
+
 // CreateLocalTables creates the DynamoDB tables that do not exist yet on a local endpoint
-// (KILN_DYNAMODB_ENDPOINT: DynamoDB Local, moto) and waits until they are active. It returns the
-// names of every table of the store and of those it created. In AWS the tables come from the
-// deployment template, so without an endpoint it refuses.
+// (KILN_DYNAMODB_ENDPOINT or the SDK's AWS_ENDPOINT_URL_DYNAMODB / AWS_ENDPOINT_URL: DynamoDB
+// Local, moto), waits until they are active and turns point-in-time recovery on for each, as
+// template.yaml does, where the server has it. It returns the names of every table of the store
+// and of those it created. In AWS the tables come from the deployment template, so without an
+// endpoint it refuses.
 func CreateLocalTables(ctx context.Context, c Config) (all dynamo.Tables, created []string, err error) {
+	lt, err := CreateLocal(ctx, c)
+	return lt.Tables, lt.Created, err
+}
+
+// CreateLocal is CreateLocalTables, saying also whether point-in-time recovery is on.
+func CreateLocal(ctx context.Context, c Config) (LocalTables, error) {
 	if c.Store != StoreDynamoDB {
-		return dynamo.Tables{}, nil, fmt.Errorf("KILN_STORE=%q: tables are created only for the DynamoDB store (KILN_STORE=dynamodb)", c.Store)
+		return LocalTables{}, fmt.Errorf("KILN_STORE=%q: tables are created only for the DynamoDB store (KILN_STORE=dynamodb)", c.Store)
 	}
 	if c.DynamoDBEndpoint == "" {
-		return dynamo.Tables{}, nil, errors.New("KILN_DYNAMODB_ENDPOINT is not set: tables are created here only on a local endpoint; in AWS they come from template.yaml")
+		return LocalTables{}, errors.New("KILN_DYNAMODB_ENDPOINT (or AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL) is not set: tables are created here only on a local endpoint; in AWS they come from template.yaml")
 	}
 	s, err := dynamo.Open(ctx, dynamoConfig(c))
 	if err != nil {
-		return dynamo.Tables{}, nil, err
+		return LocalTables{}, err
 	}
-	created, err = s.CreateTables(ctx)
+	lt := LocalTables{Tables: s.Tables()}
+	lt.Created, err = s.CreateTables(ctx)
 	if err != nil {
-		return s.Tables(), created, fmt.Errorf("create tables on %s: %w", c.DynamoDBEndpoint, err)
+		return lt, fmt.Errorf("create tables on %s: %w", c.DynamoDBEndpoint, err)
 	}
-	return s.Tables(), created, nil
+	switch err := s.EnablePointInTimeRecovery(ctx); {
+	case errors.Is(err, dynamo.ErrNoPointInTimeRecovery):
+	case err != nil:
+		return lt, fmt.Errorf("on %s: %w", c.DynamoDBEndpoint, err)
+	default:
+		lt.PointInTimeRecovery = true
+	}
+	return lt, nil
 }

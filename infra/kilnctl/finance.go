@@ -1,0 +1,425 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/config"
+	"github.com/neocloud/kiln/pkg/finance"
+	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/store/dynamo"
+	"github.com/neocloud/kiln/pkg/usage"
+)
+
+// exitDiffers is the exit status of finance reconcile when the figures do not agree: the
+// command worked, and what it found is not what finance wants.
+const exitDiffers = 3
+
+// exitCode makes kilnctl exit with a status of its own after printing its output.
+type exitCode struct {
+	code int
+	msg  string
+}
+
+func (e *exitCode) Error() string { return e.msg }
+
+// financeExport answers "kilnctl finance export": point-in-time exports of the ledger, usage
+// and aggregates tables to S3, awaited, with progress on stderr.
+func financeExport(ctx context.Context, c *cli, f *flags, args []string) error {
+	bucket := f.String("bucket", "", "the S3 `BUCKET` to export to (required)")
+	prefix := f.String("prefix", "", "the key `PREFIX` in the bucket; each table goes under PREFIX/TABLE/ (required)")
+	atArg := f.String("at", "", "the point in `TIME` to export (RFC 3339, within the last 35 days); default now")
+	poll := f.Duration("poll", 10*time.Second, "how often to look at the exports' progress")
+	if _, err := f.parse(args); err != nil {
+		return err
+	}
+	switch {
+	case *bucket == "":
+		return f.usageErr("--bucket is required")
+	case strings.Contains(*bucket, "/") || strings.HasPrefix(*bucket, "s3:"):
+		return f.usageErr("--bucket %q: a bucket name, without s3:// or a prefix", *bucket)
+	case strings.Trim(*prefix, "/") == "":
+		return f.usageErr("--prefix is required: the exports of different days must not share one")
+	case *poll <= 0:
+		return f.usageErr("--poll %s: want a positive duration", *poll)
+	}
+	var at time.Time
+	if *atArg != "" {
+		t, err := time.Parse(time.RFC3339Nano, *atArg)
+		if err != nil {
+			return f.usageErr("--at %q: want a time such as 2026-12-01T00:00:00Z", *atArg)
+		}
+		if t.After(c.clock()) {
+			return f.usageErr("--at %s is in the future", *atArg)
+		}
+		at = t.UTC()
+	}
+	cfg, err := config.Load(c.getenv)
+	if err != nil {
+		return fmt.Errorf("configuration: %w", err)
+	}
+	if cfg.Store != config.StoreDynamoDB {
+		return fmt.Errorf("KILN_STORE=%q: finance export exports the DynamoDB tables; set KILN_STORE=dynamodb", cfg.Store)
+	}
+	st, err := config.OpenStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	c.st = st
+	ds, ok := st.(*dynamo.Store)
+	if !ok {
+		return errors.New("finance export: not a DynamoDB store")
+	}
+	t := ds.Tables()
+	where := "AWS"
+	if cfg.DynamoDBEndpoint != "" {
+		where = cfg.DynamoDBEndpoint
+	}
+	fmt.Fprintf(c.stderr, "exporting %s, %s and %s (DynamoDB on %s) to s3://%s/%s/\n", t.Ledger, t.Usage, t.Aggregates, where, *bucket, strings.Trim(*prefix, "/"))
+	infos, err := finance.StartExports(ctx, ds.Client(), finance.ExportRequest{
+		Tables: []string{t.Ledger, t.Usage, t.Aggregates}, Bucket: *bucket, Prefix: *prefix, At: at,
+		Poll: *poll, Progress: c.stderr,
+	})
+	if err != nil {
+		return err
+	}
+	location := "s3://" + *bucket + "/" + strings.Trim(*prefix, "/") + "/"
+	if *f.json {
+		return writeJSON(c.stdout, struct {
+			Location string               `json:"location"`
+			Exports  []finance.ExportInfo `json:"exports"`
+		}{location, infos})
+	}
+	tw := newTable(c.stdout, "TABLE", "ITEMS", "EXPORT TIME", "LOCATION")
+	for _, in := range infos {
+		at := "-"
+		if !in.ExportAt.IsZero() {
+			at = exactTime(in.ExportAt)
+		}
+		tw.row(in.Table, strconv.FormatInt(in.Items, 10), at, in.Location)
+	}
+	if err := tw.flush(); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(c.stdout, "\nkilnctl finance report --export %s --from DAY --to DAY\nkilnctl finance reconcile --export %s --from DAY --to DAY\n", location, location)
+	return err
+}
+
+// days reads --from and --to.
+func days(f *flags, from, to string) error {
+	if from == "" || to == "" {
+		return f.usageErr("--from and --to are required")
+	}
+	a, err := time.Parse(time.DateOnly, from)
+	if err != nil {
+		return f.usageErr("--from %q: want a day such as 2026-11-01", from)
+	}
+	b, err := time.Parse(time.DateOnly, to)
+	if err != nil {
+		return f.usageErr("--to %q: want a day such as 2026-11-30", to)
+	}
+	if b.Before(a) {
+		return f.usageErr("--to %s is before --from %s", to, from)
+	}
+	return nil
+}
+
+// openExport opens the export an --export flag names: s3://BUCKET/PREFIX or a directory.
+func (c *cli) openExport(ctx context.Context, where string) (*finance.Export, error) {
+	var client finance.S3API
+	if strings.HasPrefix(where, "s3://") {
+		cfg, err := config.Load(c.getenv)
+		if err != nil {
+			return nil, fmt.Errorf("configuration: %w", err)
+		}
+		s3c, err := finance.OpenS3(ctx, cfg.S3Endpoint, cfg.Region)
+		if err != nil {
+			return nil, err
+		}
+		client = s3c
+	}
+	return finance.Open(ctx, where, client)
+}
+
+// financeReport answers "kilnctl finance report": the usage records of an export, listed or
+// rolled up, read as a stream.
+func financeReport(ctx context.Context, c *cli, f *flags, args []string) error {
+	where := f.String("export", "", "the export's `LOCATION`: s3://BUCKET/PREFIX, or a directory holding a copy of it (required)")
+	fromArg := f.String("from", "", "the first UTC `DAY`, such as 2026-11-01 (required)")
+	toArg := f.String("to", "", "the last UTC `DAY`, included (required)")
+	orgID := f.String("org", "", "only this organization's `ID`")
+	by := f.String("by", "", "roll up per `day`, model or org instead of listing records")
+	asCSV := f.Bool("csv", false, "print CSV with a header row (the columns of kilnctl usage --csv)")
+	if _, err := f.parse(args); err != nil {
+		return err
+	}
+	switch {
+	case *where == "":
+		return f.usageErr("--export is required")
+	case *by != "" && *by != "day" && *by != "model" && *by != "org":
+		return f.usageErr("--by %q: want day, model or org", *by)
+	case *asCSV && *f.json:
+		return f.usageErr("--csv and --json exclude each other")
+	}
+	if err := days(f, *fromArg, *toArg); err != nil {
+		return err
+	}
+	x, err := c.openExport(ctx, *where)
+	if err != nil {
+		return err
+	}
+	out := bufio.NewWriterSize(c.stdout, 64<<10)
+	var inProgress int64
+	if *by == "" {
+		w := newRecordWriter(out, *asCSV, *f.json)
+		if inProgress, err = x.Records(ctx, *fromArg, *toArg, *orgID, w.write); err != nil {
+			return err
+		}
+		if err := w.close(); err != nil {
+			return err
+		}
+	} else {
+		groups := map[string]*usage.Totals{}
+		var total usage.Totals
+		if inProgress, err = x.Records(ctx, *fromArg, *toArg, *orgID, func(r finance.Record) error {
+			k := r.Day
+			switch *by {
+			case "model":
+				k = r.Model
+			case "org":
+				k = r.OrgID
+			}
+			if groups[k] == nil {
+				groups[k] = &usage.Totals{}
+			}
+			if err := groups[k].Add(usage.TotalsOf(r.Event)); err != nil {
+				return fmt.Errorf("sum cost at generation %s: %w", r.GenerationID, err)
+			}
+			return total.Add(usage.TotalsOf(r.Event))
+		}); err != nil {
+			return err
+		}
+		if err := writeFinanceRollup(out, *by, *fromArg, *toArg, groups, total, *asCSV, *f.json); err != nil {
+			return err
+		}
+	}
+	if inProgress > 0 {
+		fmt.Fprintf(c.stderr, "kilnctl: %d usage items of requests still running skipped\n", inProgress)
+	}
+	return out.Flush()
+}
+
+// recordWriter writes usage records as they are read: CSV rows, a JSON array element by
+// element, or text lines (no aligned table: that would hold every row in memory).
+type recordWriter struct {
+	w     *bufio.Writer
+	csv   *csv.Writer
+	json  bool
+	n     int
+	total usage.Totals
+	err   error
+}
+
+func newRecordWriter(w *bufio.Writer, asCSV, asJSON bool) *recordWriter {
+	rw := &recordWriter{w: w, json: asJSON}
+	switch {
+	case asCSV:
+		rw.csv = csv.NewWriter(w)
+		rw.err = rw.csv.Write(safeCells(eventColumns))
+	case asJSON:
+		_, rw.err = w.WriteString("[")
+	default:
+		_, rw.err = fmt.Fprintf(w, "%-30s  %-30s  %-20s  %-14s  %-20s  %8s  %8s  %10s  %s\n",
+			"STARTED", "GENERATION", "ORG", "MODEL", "STATUS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
+	}
+	return rw
+}
+
+func (rw *recordWriter) write(r finance.Record) error {
+	if rw.err != nil {
+		return rw.err
+	}
+	if err := rw.total.Add(usage.TotalsOf(r.Event)); err != nil {
+		return fmt.Errorf("sum cost at generation %s: %w", r.GenerationID, err)
+	}
+	e := r.Event
+	switch {
+	case rw.csv != nil:
+		rw.err = rw.csv.Write(safeCells([]string{
+			e.GenerationID, e.OrgID, e.KeyID, e.Model, e.Endpoint, strconv.FormatBool(e.Stream),
+			string(e.Status), strconv.Itoa(e.HTTPStatus), e.FinishReason,
+			strconv.FormatInt(e.PromptTokens, 10), strconv.FormatInt(e.CachedTokens, 10),
+			strconv.FormatInt(e.CompletionTokens, 10), e.Cost.String(), strconv.FormatBool(e.Estimated),
+			exactTime(e.StartedAt), strconv.FormatInt(e.TTFTMillis, 10),
+			strconv.FormatInt(e.DurationMillis, 10), e.Backend,
+		}))
+	case rw.json:
+		b, err := json.Marshal(e)
+		if err != nil {
+			return err
+		}
+		sep := ",\n  "
+		if rw.n == 0 {
+			sep = "\n  "
+		}
+		rw.w.WriteString(sep)
+		_, rw.err = rw.w.Write(b)
+	default:
+		_, rw.err = fmt.Fprintf(rw.w, "%-30s  %-30s  %-20s  %-14s  %-20s  %8d  %8d  %10d  %s\n",
+			exactTime(e.StartedAt), e.GenerationID, oneLine(e.OrgID), oneLine(orNone(e.Model)), e.Status,
+			e.PromptTokens, e.CachedTokens, e.CompletionTokens, usd(e.Cost))
+	}
+	rw.n++
+	return rw.err
+}
+
+func (rw *recordWriter) close() error {
+	if rw.err != nil {
+		return rw.err
+	}
+	switch {
+	case rw.csv != nil:
+		rw.csv.Flush()
+		return rw.csv.Error()
+	case rw.json:
+		end := "\n]\n"
+		if rw.n == 0 {
+			end = "]\n"
+		}
+		_, err := rw.w.WriteString(end)
+		return err
+	}
+	_, err := fmt.Fprintf(rw.w, "%d requests, %s USD\n", rw.total.Requests, usd(rw.total.Cost))
+	return err
+}
+
+// oneLine keeps a value from breaking a text line.
+func oneLine(s string) string { return strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(s) }
+
+// safeCells applies csvCell to every cell.
+func safeCells(cells []string) []string {
+	for i, s := range cells {
+		cells[i] = csvCell(s)
+	}
+	return cells
+}
+
+func writeFinanceRollup(w io.Writer, by, from, to string, groups map[string]*usage.Totals, total usage.Totals, asCSV, asJSON bool) error {
+	keys := slices.Sorted(maps.Keys(groups))
+	switch {
+	case asJSON:
+		type row struct {
+			Key string `json:"key"`
+			usage.Totals
+		}
+		rows := make([]row, 0, len(keys))
+		for _, k := range keys {
+			rows = append(rows, row{k, *groups[k]})
+		}
+		return writeJSON(w, struct {
+			From  string       `json:"from"`
+			To    string       `json:"to"`
+			By    string       `json:"by"`
+			Rows  []row        `json:"rows"`
+			Total usage.Totals `json:"total"`
+		}{from, to, by, rows, total})
+	case asCSV:
+		cw := csv.NewWriter(w)
+		cw.Write([]string{by, "requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost"})
+		for _, k := range keys {
+			cw.Write(safeCells(append(append([]string{k}, cells(*groups[k])...), groups[k].Cost.String())))
+		}
+		cw.Flush()
+		return cw.Error()
+	}
+	t := newTable(w, strings.ToUpper(by), "REQUESTS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
+	for _, k := range keys {
+		t.row(append(append([]string{orNone(k)}, cells(*groups[k])...), usd(groups[k].Cost))...)
+	}
+	t.row(append(append([]string{"total"}, cells(total)...), usd(total.Cost))...)
+	return t.flush()
+}
+
+// financeReconcile answers "kilnctl finance reconcile": per organization × UTC day, the ledger's
+// debits against the usage records against the aggregates, exit status 3 when anything differs.
+func financeReconcile(ctx context.Context, c *cli, f *flags, args []string) error {
+	where := f.String("export", "", "the export's `LOCATION`: s3://BUCKET/PREFIX, or a directory holding a copy of it (required)")
+	fromArg := f.String("from", "", "the first UTC `DAY`, such as 2026-11-01 (required)")
+	toArg := f.String("to", "", "the last UTC `DAY`, included (required)")
+	if _, err := f.parse(args); err != nil {
+		return err
+	}
+	if *where == "" {
+		return f.usageErr("--export is required")
+	}
+	if err := days(f, *fromArg, *toArg); err != nil {
+		return err
+	}
+	x, err := c.openExport(ctx, *where)
+	if err != nil {
+		return err
+	}
+	res, err := x.Reconcile(ctx, finance.Options{From: *fromArg, To: *toArg})
+	if err != nil {
+		return err
+	}
+	if *f.json {
+		if err := writeJSON(c.stdout, res); err != nil {
+			return err
+		}
+	} else if err := writeReconciliation(c.stdout, res); err != nil {
+		return err
+	}
+	if !res.Agrees {
+		return &exitCode{code: exitDiffers, msg: fmt.Sprintf("the figures differ: %d difference(s) from %s to %s", res.DifferenceCount, res.From, res.To)}
+	}
+	return nil
+}
+
+func writeReconciliation(w io.Writer, res finance.Result) error {
+	amount := func(a *money.Amount) string {
+		if a == nil {
+			return "-"
+		}
+		return usd(*a)
+	}
+	t := newTable(w, "ORG", "DAY", "REQUESTS", "LEDGER USD", "USAGE USD", "AGGREGATES USD", "")
+	for _, r := range res.Rows {
+		status := "ok"
+		if !r.Agrees {
+			status = "DIFFERS"
+		}
+		ledger, used := r.Ledger, r.Usage
+		t.row(r.OrgID, r.Day, strconv.FormatInt(r.Requests, 10), amount(&ledger), amount(&used), amount(r.Aggregates), status)
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if res.InProgress > 0 {
+		fmt.Fprintf(w, "%d usage items of requests still running skipped\n", res.InProgress)
+	}
+	if res.Agrees {
+		_, err := fmt.Fprintf(w, "every figure agrees, %s to %s\n", res.From, res.To)
+		return err
+	}
+	fmt.Fprintf(w, "\n%d difference(s)", res.DifferenceCount)
+	if len(res.Differences) < res.DifferenceCount {
+		fmt.Fprintf(w, ", the first %d listed", len(res.Differences))
+	}
+	fmt.Fprintln(w, ":")
+	t = newTable(w, "KIND", "ORG", "DAY", "GENERATION", "LEDGER USD", "USAGE USD", "AGGREGATE USD")
+	for _, d := range res.Differences {
+		t.row(d.Kind, d.OrgID, d.Day, orNone(d.GenerationID), amount(d.Ledger), amount(d.Usage), amount(d.Aggregate))
+	}
+	return t.flush()
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package finance
+
+const raceEnabled = false

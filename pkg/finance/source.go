@@ -1,0 +1,134 @@
+package finance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// object is one file of an export location.
+type object struct {
+	Key  string // relative to the location's root, with / separators
+	Size int64
+}
+
+// location is where an export lies: a directory (a copy of the S3 prefix, as `aws s3 sync`
+// makes it) or an S3 prefix. Both list every file under their root and open one.
+type location interface {
+	list(ctx context.Context) ([]object, error)
+	open(ctx context.Context, key string) (io.ReadCloser, error)
+	String() string
+}
+
+// S3API is the part of the S3 client that reading an export needs.
+type S3API interface {
+	s3.ListObjectsV2APIClient
+	GetObject(ctx context.Context, in *s3.GetObjectInput, opts ...func(*s3.Options)) (*s3.GetObjectOutput, error)
+}
+
+// openLocation parses s3://BUCKET/PREFIX or a directory.
+func openLocation(where string, client S3API) (location, error) {
+	if rest, ok := strings.CutPrefix(where, "s3://"); ok {
+		bucket, prefix, _ := strings.Cut(rest, "/")
+		if bucket == "" {
+			return nil, fmt.Errorf("export %q: want s3://BUCKET/PREFIX", where)
+		}
+		if client == nil {
+			return nil, fmt.Errorf("export %q: no S3 client", where)
+		}
+		if prefix != "" && !strings.HasSuffix(prefix, "/") {
+			prefix += "/"
+		}
+		return &s3Location{client: client, bucket: bucket, prefix: prefix}, nil
+	}
+	if strings.Contains(where, "://") {
+		return nil, fmt.Errorf("export %q: want s3://BUCKET/PREFIX or a directory", where)
+	}
+	st, err := os.Stat(where)
+	if err != nil {
+		return nil, fmt.Errorf("export %s: %w", where, err)
+	}
+	if !st.IsDir() {
+		return nil, fmt.Errorf("export %s: not a directory", where)
+	}
+	return dirLocation(where), nil
+}
+
+type dirLocation string
+
+func (d dirLocation) String() string { return string(d) }
+
+func (d dirLocation) list(ctx context.Context) ([]object, error) {
+	var out []object
+	err := filepath.WalkDir(string(d), func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() {
+			return ctx.Err()
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(string(d), path)
+		if err != nil {
+			return err
+		}
+		out = append(out, object{Key: filepath.ToSlash(rel), Size: info.Size()})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", d, err)
+	}
+	return out, nil
+}
+
+func (d dirLocation) open(_ context.Context, key string) (io.ReadCloser, error) {
+	return os.Open(filepath.Join(string(d), filepath.FromSlash(key)))
+}
+
+type s3Location struct {
+	client S3API
+	bucket string
+	prefix string // "" or ending in "/"
+}
+
+func (s *s3Location) String() string { return "s3://" + s.bucket + "/" + s.prefix }
+
+func (s *s3Location) list(ctx context.Context) ([]object, error) {
+	var out []object
+	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: aws.String(s.bucket), Prefix: aws.String(s.prefix)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", s, err)
+		}
+		for _, o := range page.Contents {
+			key := strings.TrimPrefix(aws.ToString(o.Key), s.prefix)
+			if key == "" || strings.HasSuffix(key, "/") {
+				continue // the prefix itself, or a folder marker
+			}
+			out = append(out, object{Key: key, Size: aws.ToInt64(o.Size)})
+		}
+	}
+	return out, nil
+}
+
+func (s *s3Location) open(ctx context.Context, key string) (io.ReadCloser, error) {
+	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String(s.bucket), Key: aws.String(s.prefix + key)})
+	if err != nil {
+		return nil, fmt.Errorf("get s3://%s/%s%s: %w", s.bucket, s.prefix, key, err)
+	}
+	return out.Body, nil
+}
+
+var errNoExport = errors.New("no DynamoDB export there (no manifest-summary.json and no data files)")

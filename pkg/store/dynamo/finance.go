@@ -1,0 +1,142 @@
+package dynamo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/neocloud/kiln/pkg/store"
+)
+
+// The reads of finance's scheduled reconciliation (pkg/finance.ReconcileTables): raw items,
+// decoded there exactly as the items of an export are. Every read is a paged Query of one
+// organization's partition, except the list of organizations.
+
+// OrgIDs lists every organization's ID: a Scan of the organizations table that returns only the
+// keys of the organization items (the table holds a few items per organization).
+func (s *Store) OrgIDs(ctx context.Context) ([]string, error) {
+	var ids []string
+	p := dynamodb.NewScanPaginator(s.db, &dynamodb.ScanInput{
+		TableName:                 &s.tables.Orgs,
+		FilterExpression:          aws.String("sk = :org"),
+		ProjectionExpression:      aws.String("pk"),
+		ExpressionAttributeValues: item{":org": sv(skOrg)},
+	})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("list organizations: %w", err)
+		}
+		for _, it := range page.Items {
+			if pk, ok := it["pk"].(*types.AttributeValueMemberS); ok {
+				ids = append(ids, pk.Value)
+			}
+		}
+	}
+	return ids, nil
+}
+
+// UsageItems hands fn the organization's usage items that started in [from, to), from the
+// by-started index.
+func (s *Store) UsageItems(ctx context.Context, orgID string, from, to time.Time, fn func(map[string]types.AttributeValue) error) error {
+	f, err := store.UnixNanos("from", from)
+	if err != nil {
+		return err
+	}
+	t, err := store.UnixNanos("to", to)
+	if err != nil {
+		return err
+	}
+	if f >= t {
+		return nil
+	}
+	return s.queryItems(ctx, &dynamodb.QueryInput{
+		TableName:                 &s.tables.Usage,
+		IndexName:                 aws.String(UsageByStartIndex),
+		KeyConditionExpression:    aws.String("org_id = :org AND started_at BETWEEN :from AND :last"),
+		ExpressionAttributeValues: item{":org": sv(orgID), ":from": nv(f), ":last": nv(t - 1)},
+	}, fn)
+}
+
+// LedgerItems hands fn the organization's ledger items whose entry IDs lie in [fromID, toID],
+// strongly consistent.
+func (s *Store) LedgerItems(ctx context.Context, orgID, fromID, toID string, fn func(map[string]types.AttributeValue) error) error {
+	if fromID > toID {
+		return nil
+	}
+	return s.queryItems(ctx, &dynamodb.QueryInput{
+		TableName:                 &s.tables.Ledger,
+		KeyConditionExpression:    aws.String("org_id = :org AND entry_id BETWEEN :from AND :to"),
+		ExpressionAttributeValues: item{":org": sv(orgID), ":from": sv(fromID), ":to": sv(toID)},
+		ConsistentRead:            aws.Bool(true),
+	}, fn)
+}
+
+// DayRollupItems hands fn the organization's day × model roll-up items of the days
+// fromDay..toDay, strongly consistent.
+func (s *Store) DayRollupItems(ctx context.Context, orgID, fromDay, toDay string, fn func(map[string]types.AttributeValue) error) error {
+	if fromDay > toDay {
+		return nil
+	}
+	return s.queryItems(ctx, &dynamodb.QueryInput{
+		TableName:              &s.tables.Aggregates,
+		KeyConditionExpression: aws.String("pk = :org AND sk BETWEEN :from AND :to"),
+		// '$' sorts right after '#', so the upper bound covers every model of the last day.
+		ExpressionAttributeValues: item{":org": sv(orgID), ":from": sv(dayPrefix + fromDay), ":to": sv(dayPrefix + toDay + "$")},
+		ConsistentRead:            aws.Bool(true),
+	}, fn)
+}
+
+func (s *Store) queryItems(ctx context.Context, in *dynamodb.QueryInput, fn func(map[string]types.AttributeValue) error) error {
+	p := dynamodb.NewQueryPaginator(s.db, in)
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return fmt.Errorf("query %s: %w", aws.ToString(in.TableName), err)
+		}
+		for _, it := range page.Items {
+			if err := fn(it); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// MarkerItems hands fn the aggregates' generation markers of the organization's generations
+// that have one: BatchGetItem, 100 keys a call, unprocessed keys asked again.
+func (s *Store) MarkerItems(ctx context.Context, orgID string, generationIDs []string, fn func(map[string]types.AttributeValue) error) error {
+	for len(generationIDs) > 0 {
+		n := min(100, len(generationIDs))
+		keys := make([]map[string]types.AttributeValue, 0, n)
+		for _, gen := range generationIDs[:n] {
+			keys = append(keys, keyOf("pk", markerPrefix+gen, "sk", orgID))
+		}
+		generationIDs = generationIDs[n:]
+		req := map[string]types.KeysAndAttributes{s.tables.Aggregates: {Keys: keys, ConsistentRead: aws.Bool(true)}}
+		for try := 0; len(req) > 0; try++ {
+			if try > 0 {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Duration(min(try, 10)) * 50 * time.Millisecond):
+				}
+			}
+			out, err := s.db.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: req})
+			if err != nil {
+				return fmt.Errorf("markers of %s: %w", orgID, err)
+			}
+			for _, it := range out.Responses[s.tables.Aggregates] {
+				if err := fn(it); err != nil {
+					return err
+				}
+			}
+			req = out.UnprocessedKeys
+		}
+	}
+	return nil
+}
