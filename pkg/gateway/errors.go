@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/neocloud/kiln/pkg/openai"
 )
@@ -83,9 +84,11 @@ func errRateLimited(limit int) *apiError {
 	}}
 }
 
+// errModelNotFound quotes at most quoteLen bytes of the id: a client's id may be of any length up
+// to the body limit, and a catalog id is at most catalog.MaxIDLen.
 func errModelNotFound(id string) *apiError {
 	return &apiError{status: http.StatusNotFound, body: openai.Error{
-		Message: "The model `" + id + "` does not exist or you do not have access to it.",
+		Message: "The model `" + clip(id, quoteLen) + "` does not exist or you do not have access to it.",
 		Type:    openai.TypeInvalidRequest,
 		Param:   "model",
 		Code:    "model_not_found",
@@ -98,7 +101,7 @@ func errNotFound(msg, code string) *apiError {
 
 func errMethod(r *http.Request, allowed string) *apiError {
 	return &apiError{status: http.StatusMethodNotAllowed, body: openai.Error{
-		Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", r.Method, r.URL.Path, allowed),
+		Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", clip(r.Method, quoteLen), clip(r.URL.Path, quoteLen), allowed),
 		Type:    openai.TypeInvalidRequest,
 		Code:    "method_not_allowed",
 	}}
@@ -131,4 +134,20 @@ func badGateway(w http.ResponseWriter, reason string) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusBadGateway)
 	fmt.Fprintf(w, "Bad Gateway: %s\n", reason)
+}
+
+// quoteLen is how much of a client's string, in bytes, an error message quotes (contract section
+// 4): enough to recognise it, never enough to make an answer or a log line large.
+const quoteLen = 64
+
+// clip returns s cut to at most max bytes, at a character boundary, with "…" when it was cut.
+func clip(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -143,7 +143,7 @@ func (g *Gateway) serveInfo(w http.ResponseWriter, r *http.Request) {
 
 // notFound answers a path the API does not have.
 func (g *Gateway) notFound(w http.ResponseWriter, r *http.Request) {
-	writeError(w, errNotFound("Unknown request URL: "+r.Method+" "+r.URL.Path+". The API's base URL ends in /v1.", "unknown_url"))
+	writeError(w, errNotFound("Unknown request URL: "+clip(r.Method, quoteLen)+" "+clip(r.URL.Path, quoteLen)+". The API's base URL ends in /v1.", "unknown_url"))
 }
 
 // notPost answers a request to an inference endpoint that is not a POST.
