@@ -10,7 +10,6 @@ import (
 
 	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/store"
-	"github.com/neocloud/kiln/pkg/usage"
 )
 
 type modelJSON struct {
@@ -108,16 +107,14 @@ func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Pri
 	ev, err := g.opt.Store.Generation(r.Context(), p.OrgID, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		writeError(w, errNotFound("No generation with id '"+abbreviateText(id, 64)+"' was found for your organization.", "generation_not_found"))
+		writeError(w, errNotFound("No generation with id '"+clip(id, quoteLen)+"' was found for your organization.", "generation_not_found"))
 		return
 	case err != nil:
 		g.log.LogAttrs(r.Context(), slog.LevelError, "generation lookup failed", slog.String("org_id", p.OrgID), slog.String("error", err.Error()))
 		writeError(w, errStoreDown)
 		return
 	}
-	b, _ := json.Marshal(struct {
-		Object string `json:"object"`
-		usage.Event
-	}{"generation", ev})
-	writeJSON(w, append(b, '\n'))
+	// The event's own JSON (finish_reason null when none), with the object's name first.
+	b, _ := json.Marshal(ev)
+	writeJSON(w, append(append([]byte(`{"object":"generation",`), b[1:]...), '\n'))
 }
