@@ -16,6 +16,8 @@ type apiError struct {
 	body   openai.Error
 	// retryAfter, when set, is sent as an HTTP-date Retry-After header (maintenance only).
 	retryAfter time.Time
+	// close asks for the connection to be closed after the answer (Connection: close).
+	close bool
 }
 
 func (e *apiError) Error() string {
@@ -124,6 +126,9 @@ func upstreamInvalid(msg string) *apiError {
 func writeError(w http.ResponseWriter, e *apiError) {
 	if !e.retryAfter.IsZero() {
 		w.Header().Set("Retry-After", e.retryAfter.UTC().Format(http.TimeFormat))
+	}
+	if e.close {
+		w.Header().Set("Connection", "close")
 	}
 	openai.WriteError(w, e.status, e.body)
 }

@@ -34,7 +34,10 @@ type Options struct {
 	Upstream *upstream.Pool
 	Logger   *slog.Logger // nil discards
 
-	MaxBody       int64         // request body limit; default 5 MiB
+	MaxBody int64 // request body limit; default 5 MiB
+	// BodyTimeout is the longest gap allowed between bytes of a request body, where the
+	// connection has read deadlines (not on Lambda); default 10 s. A stall is a 408.
+	BodyTimeout   time.Duration
 	Keepalive     time.Duration // backend silence before ": keepalive"; default 15 s
 	LeaseTTL      time.Duration // in-flight lease; default store.DefaultLeaseTTL
 	CacheTTL      time.Duration // key and maintenance cache; default 2 s, at most 5 s
@@ -74,6 +77,9 @@ func New(opt Options) (*Gateway, error) {
 	}
 	if opt.MaxBody <= 0 {
 		opt.MaxBody = 5 << 20
+	}
+	if opt.BodyTimeout <= 0 {
+		opt.BodyTimeout = 10 * time.Second
 	}
 	if opt.Keepalive <= 0 {
 		opt.Keepalive = 15 * time.Second

@@ -155,14 +155,19 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api
 		n = 64 << 10 // grow as needed; a lying Content-Length cannot make us allocate the limit
 	}
 	buf := make([]byte, 0, n+1)
-	body, err := readAllInto(buf, http.MaxBytesReader(w, r.Body, g.opt.MaxBody))
+	br := newBodyReader(w, r.Body, g.opt.BodyTimeout)
+	body, err := readAllInto(buf, http.MaxBytesReader(w, br, g.opt.MaxBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			return nil, errTooLarge(g.opt.MaxBody)
 		}
+		if isTimeout(err) {
+			return nil, errRequestTimeout(g.opt.BodyTimeout)
+		}
 		return nil, invalid("", "", "The request body could not be read: the connection ended before the body did.")
 	}
+	br.done()
 	return body, nil
 }
 
