@@ -53,6 +53,19 @@ func (r *bodyReader) done() {
 	}
 }
 
+// abortIfGone ends the response without a status when the client left before one was sent
+// (recorded as 499): net/http would otherwise send a 200 with an empty body, which a client that
+// only half-closed its connection would read as an empty success. The connection is closed
+// instead; the deferred settlement runs as the handler unwinds.
+func (x *exchange) abortIfGone() {
+	if x.event.HTTPStatus == statusClientGone {
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// statusClientGone is the status recorded when the client left before any was sent (nginx's 499).
+const statusClientGone = 499
+
 // isTimeout reports a read that ended at its deadline.
 func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 

@@ -45,6 +45,7 @@ func (g *Gateway) infer(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 	if x.validate(body) {
 		x.forward(x.reqCtx)
 	}
+	x.abortIfGone()
 }
 
 // admit runs steps 1 to 6 of the contract: maintenance, body size, key, organization, credits and
@@ -79,7 +80,9 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*
 		return nil, nil
 	}
 	// 5, 6. Credits and an in-flight slot, in one store call.
-	lease, err := g.opt.Store.Admit(ctx, store.AdmitRequest{OrgID: p.OrgID, HolderID: genID, Now: started, TTL: g.opt.LeaseTTL})
+	// On the client's context a departure could cancel the store's transaction after it took the
+	// slot and before its answer came back: the slot would then be held until its lease expired.
+	lease, err := g.opt.Store.Admit(context.WithoutCancel(ctx), store.AdmitRequest{OrgID: p.OrgID, HolderID: genID, Now: started, TTL: g.opt.LeaseTTL})
 	if err != nil {
 		switch {
 		case errors.Is(err, store.ErrSuspended):

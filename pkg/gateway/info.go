@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -95,12 +96,21 @@ func (g *Gateway) credits(w http.ResponseWriter, r *http.Request, p store.Princi
 	writeJSON(w, append(b, '\n'))
 }
 
+// generationIDPattern matches the ids newGenerationID makes, and those of the usage-event schema.
+var generationIDPattern = regexp.MustCompile(`^gen-[0-9A-Za-z]{1,64}$`)
+
 // generation answers with the usage event of one of the caller's organization's requests.
 // Another organization's id is indistinguishable from an unknown one: 404.
 func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Principal) {
 	id := r.URL.Query().Get("id")
 	if id == "" {
 		writeError(w, invalid("id", "missing_required_parameter", "Missing required query parameter: 'id'."))
+		return
+	}
+	if !generationIDPattern.MatchString(id) {
+		// Not an id the gateway makes: unknown without asking the store (DynamoDB refuses keys
+		// over 1 KiB, and a client's string must not become a store error).
+		writeError(w, errNotFound("No generation with id '"+clip(id, quoteLen)+"' was found for your organization.", "generation_not_found"))
 		return
 	}
 	g.awaitSettlement(r.Context(), p.OrgID, id, 5*time.Second)

@@ -14,7 +14,8 @@ import (
 
 // The HTTP server answers some requests before any handler sees them: headers over
 // MaxHeaderBytes (431), a malformed request line or header (400), an unknown transfer coding
-// (501), an unsupported HTTP version (505). net/http writes those itself, as plain text, straight
+// (501), an unsupported HTTP version (505; both are answered as 400, the client's fault, so that
+// a 5xx always means the service failed). net/http writes those itself, as plain text, straight
 // to the connection; and a request whose headers do not arrive within ReadHeaderTimeout it closes
 // without a word. The contract (section 2, step 0) wants the error shape of section 3 for all of
 // them, and a 408 for the timeout. net/http offers no hook for either, so the listener hands it
@@ -100,6 +101,11 @@ func (c *conn) Write(p []byte) (int, error) {
 func (c *conn) writeError(p []byte) (int, error) {
 	if status, text, ok := parseNetHTTPError(p); ok && !c.answered.Load() {
 		code, msg := describeNetHTTPError(status, text)
+		if status >= 500 {
+			// net/http's 501 (a transfer coding it does not know) and 505 (another HTTP version)
+			// refuse what the client sent: a 400, so that a 5xx always means the service failed.
+			status = http.StatusBadRequest
+		}
 		if err := c.answer(status, code, msg); err != nil {
 			return 0, err
 		}
