@@ -99,7 +99,13 @@ func (c *conn) Write(p []byte) (int, error) {
 }
 
 func (c *conn) writeError(p []byte) (int, error) {
-	if status, text, ok := parseNetHTTPError(p); ok && !c.answered.Load() {
+	if c.answered.Load() {
+		// After a 408 of ours net/http may still parse what had arrived ("0" reads as a request
+		// line once the read fails) and refuse it: the client has its answer, and the server
+		// closes the connection next.
+		return len(p), nil
+	}
+	if status, text, ok := parseNetHTTPError(p); ok {
 		code, msg := describeNetHTTPError(status, text)
 		if status >= 500 {
 			// net/http's 501 (a transfer coding it does not know) and 505 (another HTTP version)
