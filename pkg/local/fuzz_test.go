@@ -223,7 +223,7 @@ func requestSeeds() []string {
 		chat(`{"model":"qwen3-32b",` + hi + `,"max_tokens":3}`),
 		chat(`{"model":"gpt-oss-120b",` + hi + `,"max_tokens":3,"stream":true,"stream_options":{"include_usage":true}}`),
 		post("/v1/completions", `{"model":"qwen3-32b","prompt":"once","max_tokens":2,"stream":"true"}`),
-		chat(`{"model":"qwen3-32b",` + hi + `,"max_tokens":2}`) + chat(`{"model":"gpt-oss-120b",` + hi + `,"max_tokens":2}`),
+		chat(`{"model":"qwen3-32b",`+hi+`,"max_tokens":2}`) + chat(`{"model":"gpt-oss-120b",`+hi+`,"max_tokens":2}`),
 		"GET /v1/models HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer $KEY\r\n\r\n",
 		"GET /v1/generation?id=gen-01ARZ3NDEKTSV4RRFFQ69G5FAV HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer $KEY\r\n\r\n",
 		"GET /v1/credits HTTP/1.1\r\nHost: g\r\nAuthorization: Bearer $KEY\r\n\r\n",
