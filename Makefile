@@ -89,7 +89,7 @@ bench: build-local infra/dynamodb-local/node_modules/.package-lock.json
 
 FUZZTIME ?= 30s
 fuzz:
-	@for pkg in ./pkg/openai ./pkg/catalog ./pkg/money ./pkg/gateway; do \
+	@for pkg in ./pkg/openai ./pkg/catalog ./pkg/money ./pkg/gateway ./pkg/local; do \
 	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \

@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/rand"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -39,18 +38,6 @@ func (t *table) row(cells ...string) {
 }
 
 func (t *table) flush() error { return t.tw.Flush() }
-
-// writeCSV writes a header and rows as RFC 4180 CSV.
-func writeCSV(w io.Writer, header []string, rows [][]string) error {
-	cw := csv.NewWriter(w)
-	if err := cw.Write(header); err != nil {
-		return err
-	}
-	if err := cw.WriteAll(rows); err != nil {
-		return err
-	}
-	return cw.Error()
-}
 
 // exactTime is the form of times in CSV: RFC 3339 with nanoseconds, UTC.
 func exactTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -18,6 +18,10 @@ import (
 // Version is the only catalog file format version this package reads.
 const Version = 1
 
+// MaxIDLen is the longest model id (and backend name) a catalog may hold, in bytes: a longer id a
+// client sends is never a model, and nothing the gateway records or quotes of it need be longer.
+const MaxIDLen = 256
+
 // Modalities are the input modalities a model may declare.
 var Modalities = []string{"text", "image", "audio"}
 
@@ -159,6 +163,8 @@ func (f *fileCatalog) build() (*Catalog, error) {
 			fail(at+".id", "missing")
 		case !idPattern.MatchString(fm.ID):
 			fail(at+".id", "%q may hold only letters, digits and . _ : / -", fm.ID)
+		case len(fm.ID) > MaxIDLen:
+			fail(at+".id", "%d bytes long: at most %d", len(fm.ID), MaxIDLen)
 		case idAt[fm.ID] != "":
 			fail(at+".id", "%q is already used by %s", fm.ID, idAt[fm.ID])
 		default:
@@ -218,6 +224,8 @@ func (f *fileCatalog) build() (*Catalog, error) {
 				fail(bat+".name", "missing")
 			case !idPattern.MatchString(fb.Name):
 				fail(bat+".name", "%q may hold only letters, digits and . _ : / -", fb.Name)
+			case len(fb.Name) > MaxIDLen:
+				fail(bat+".name", "%d bytes long: at most %d", len(fb.Name), MaxIDLen)
 			case backendAt[fb.Name] != "":
 				fail(bat+".name", "%q is already used by %s", fb.Name, backendAt[fb.Name])
 			default:

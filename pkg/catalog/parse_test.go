@@ -119,6 +119,7 @@ func TestParseRejects(t *testing.T) {
 		{"id empty", edit(t, valid, "id: m1", `id: ""`), "models[0].id: missing"},
 		{"id with a space", edit(t, valid, "id: m1", `id: "m 1"`), `models[0].id: "m 1" may hold only`},
 		{"id with a non-ASCII letter", edit(t, valid, "id: m1", `id: "mé"`), `models[0].id: "mé" may hold only`},
+		{"id of 257 bytes", edit(t, valid, "id: m1", "id: m"+strings.Repeat("1", 256)), "models[0].id: 257 bytes long: at most 256"},
 		{"id repeated", edit(t, two, "id: m2", "id: m1"), `models[1].id: "m1" is already used by models[0]`},
 		{"created negative", edit(t, valid, "created: 1", "created: -1"), "models[0].created: must not be negative"},
 		{"context_length zero", edit(t, valid, "context_length: 4096", "context_length: 0"), "models[0].context_length: must be greater than 0"},

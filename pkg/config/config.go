@@ -36,15 +36,19 @@ type Config struct {
 	Simulator        string        // KILN_SIMULATOR_ADDR: start the built-in model simulator there ("" = don't)
 	ConnectTimeout   time.Duration // KILN_BACKEND_CONNECT_TIMEOUT
 	HeaderTimeout    time.Duration // KILN_BACKEND_HEADER_TIMEOUT: wait for a backend's response headers
-	LeaseTTL         time.Duration // KILN_LEASE_TTL: in-flight slot lease
-	CacheTTL         time.Duration // KILN_CACHE_TTL: how long keys, organizations and maintenance are cached
-	LogLevel         string        // KILN_LOG_LEVEL: debug, info, warn, error
-	OnLambda         bool          // AWS_LAMBDA_RUNTIME_API is set
-	DemoOrgCredits   string        // KILN_DEMO_CREDITS: credits given to the demo organization at first start
-	ShutdownGrace    time.Duration // KILN_SHUTDOWN_GRACE: how long open streams may finish on SIGTERM
-	SettleReserve    time.Duration // KILN_SETTLE_RESERVE: stop streams this long before a deadline
-	AdmitTimeout     time.Duration // KILN_ADMIT_TIMEOUT: admission's store deadline, then 503
-	SettleWait       time.Duration // KILN_SETTLE_WAIT: how long an answer's end waits for its settlement
+	// Client connections off Lambda (contract section 2, step 0).
+	RequestHeaderTimeout time.Duration // KILN_HEADER_TIMEOUT: a request's line and headers must arrive within it
+	RequestBodyTimeout   time.Duration // KILN_BODY_TIMEOUT: the longest gap between bytes of a request body
+	IdleTimeout          time.Duration // KILN_IDLE_TIMEOUT: a kept-alive connection with no request is closed after it
+	LeaseTTL             time.Duration // KILN_LEASE_TTL: in-flight slot lease
+	CacheTTL             time.Duration // KILN_CACHE_TTL: how long keys, organizations and maintenance are cached
+	LogLevel             string        // KILN_LOG_LEVEL: debug, info, warn, error
+	OnLambda             bool          // AWS_LAMBDA_RUNTIME_API is set
+	DemoOrgCredits       string        // KILN_DEMO_CREDITS: credits given to the demo organization at first start
+	ShutdownGrace        time.Duration // KILN_SHUTDOWN_GRACE: how long open streams may finish on SIGTERM
+	SettleReserve        time.Duration // KILN_SETTLE_RESERVE: stop streams this long before a deadline
+	AdmitTimeout         time.Duration // KILN_ADMIT_TIMEOUT: admission's store deadline, then 503
+	SettleWait           time.Duration // KILN_SETTLE_WAIT: how long an answer's end waits for its settlement
 }
 
 // Load reads the configuration through getenv (os.Getenv in main, a map in tests).
@@ -69,29 +73,32 @@ func Load(getenv func(string) string) (Config, error) {
 		return d
 	}
 	c := Config{
-		OnLambda:         getenv("AWS_LAMBDA_RUNTIME_API") != "",
-		Addr:             str("KILN_ADDR", "127.0.0.1:8080"),
-		DataDir:          str("KILN_DATA_DIR", "./.kiln"),
-		Catalog:          getenv("KILN_CATALOG"),
-		Keepalive:        dur("KILN_KEEPALIVE", 15*time.Second),
-		TablePrefix:      str("KILN_TABLE_PREFIX", "kiln-"),
-		DynamoDBEndpoint: awsenv.Endpoint(getenv, "KILN_DYNAMODB_ENDPOINT", awsenv.DynamoDB),
-		EventBus:         getenv("KILN_EVENT_BUS"),
-		EventBridgeURL:   awsenv.Endpoint(getenv, "KILN_EVENTBRIDGE_ENDPOINT", awsenv.EventBridge),
-		S3Endpoint:       awsenv.Endpoint(getenv, "", awsenv.S3),
-		UsageSweep:       dur("KILN_USAGE_SWEEP", time.Minute),
-		Region:           getenv("AWS_REGION"),
-		Simulator:        getenv("KILN_SIMULATOR_ADDR"),
-		ConnectTimeout:   dur("KILN_BACKEND_CONNECT_TIMEOUT", 10*time.Second),
-		HeaderTimeout:    dur("KILN_BACKEND_HEADER_TIMEOUT", 120*time.Second),
-		LeaseTTL:         dur("KILN_LEASE_TTL", 60*time.Second),
-		CacheTTL:         dur("KILN_CACHE_TTL", 2*time.Second),
-		LogLevel:         str("KILN_LOG_LEVEL", "info"),
-		DemoOrgCredits:   str("KILN_DEMO_CREDITS", "10.00"),
-		ShutdownGrace:    dur("KILN_SHUTDOWN_GRACE", 30*time.Second),
-		SettleReserve:    dur("KILN_SETTLE_RESERVE", 5*time.Second),
-		AdmitTimeout:     dur("KILN_ADMIT_TIMEOUT", 2*time.Second),
-		SettleWait:       dur("KILN_SETTLE_WAIT", 10*time.Second),
+		OnLambda:             getenv("AWS_LAMBDA_RUNTIME_API") != "",
+		Addr:                 str("KILN_ADDR", "127.0.0.1:8080"),
+		DataDir:              str("KILN_DATA_DIR", "./.kiln"),
+		Catalog:              getenv("KILN_CATALOG"),
+		Keepalive:            dur("KILN_KEEPALIVE", 15*time.Second),
+		TablePrefix:          str("KILN_TABLE_PREFIX", "kiln-"),
+		DynamoDBEndpoint:     awsenv.Endpoint(getenv, "KILN_DYNAMODB_ENDPOINT", awsenv.DynamoDB),
+		EventBus:             getenv("KILN_EVENT_BUS"),
+		EventBridgeURL:       awsenv.Endpoint(getenv, "KILN_EVENTBRIDGE_ENDPOINT", awsenv.EventBridge),
+		S3Endpoint:           awsenv.Endpoint(getenv, "", awsenv.S3),
+		UsageSweep:           dur("KILN_USAGE_SWEEP", time.Minute),
+		Region:               getenv("AWS_REGION"),
+		Simulator:            getenv("KILN_SIMULATOR_ADDR"),
+		ConnectTimeout:       dur("KILN_BACKEND_CONNECT_TIMEOUT", 10*time.Second),
+		HeaderTimeout:        dur("KILN_BACKEND_HEADER_TIMEOUT", 120*time.Second),
+		RequestHeaderTimeout: dur("KILN_HEADER_TIMEOUT", 10*time.Second),
+		RequestBodyTimeout:   dur("KILN_BODY_TIMEOUT", 10*time.Second),
+		IdleTimeout:          dur("KILN_IDLE_TIMEOUT", 120*time.Second),
+		LeaseTTL:             dur("KILN_LEASE_TTL", 60*time.Second),
+		CacheTTL:             dur("KILN_CACHE_TTL", 2*time.Second),
+		LogLevel:             str("KILN_LOG_LEVEL", "info"),
+		DemoOrgCredits:       str("KILN_DEMO_CREDITS", "10.00"),
+		ShutdownGrace:        dur("KILN_SHUTDOWN_GRACE", 30*time.Second),
+		SettleReserve:        dur("KILN_SETTLE_RESERVE", 5*time.Second),
+		AdmitTimeout:         dur("KILN_ADMIT_TIMEOUT", 2*time.Second),
+		SettleWait:           dur("KILN_SETTLE_WAIT", 10*time.Second),
 	}
 	def := StoreSQLite
 	if c.OnLambda {

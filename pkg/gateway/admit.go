@@ -49,8 +49,9 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*
 		return nil, false
 	}
 	// 3, 4. Key and organization. The key lookup and the admission share one deadline: a
-	// stalled store answers 503 within it.
-	sctx, cancel := context.WithTimeout(ctx, g.opt.AdmitTimeout)
+	// stalled store answers 503 within it. A client's departure does not cancel them: it could
+	// cancel the admission after the store took the slot and before its answer came back.
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opt.AdmitTimeout)
 	defer cancel()
 	p, e := g.authenticate(sctx, r)
 	if e != nil {
@@ -199,14 +200,19 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *api
 		n = 64 << 10 // grow as needed; a lying Content-Length cannot make us allocate the limit
 	}
 	buf := make([]byte, 0, n+1)
-	body, err := readAllInto(buf, http.MaxBytesReader(w, r.Body, g.opt.MaxBody))
+	br := newBodyReader(w, r.Body, g.opt.BodyTimeout)
+	body, err := readAllInto(buf, http.MaxBytesReader(w, br, g.opt.MaxBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			return nil, errTooLarge(g.opt.MaxBody)
 		}
+		if isTimeout(err) {
+			return nil, errRequestTimeout(g.opt.BodyTimeout)
+		}
 		return nil, invalid("", "", "The request body could not be read: the connection ended before the body did.")
 	}
+	br.done()
 	return body, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+	"unicode/utf8"
 
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/openai"
@@ -16,6 +17,8 @@ type apiError struct {
 	body   openai.Error
 	// retryAfter, when set, is sent as an HTTP-date Retry-After header (maintenance only).
 	retryAfter time.Time
+	// close asks for the connection to be closed after the answer (Connection: close).
+	close bool
 }
 
 func (e *apiError) Error() string {
@@ -94,9 +97,11 @@ func errRateLimited(limit int) *apiError {
 	}}
 }
 
+// errModelNotFound quotes at most quoteLen bytes of the id: a client's id may be of any length up
+// to the body limit, and a catalog id is at most catalog.MaxIDLen.
 func errModelNotFound(id string) *apiError {
 	return &apiError{status: http.StatusNotFound, body: openai.Error{
-		Message: "The model `" + id + "` does not exist or you do not have access to it.",
+		Message: "The model `" + clip(id, quoteLen) + "` does not exist or you do not have access to it.",
 		Type:    openai.TypeInvalidRequest,
 		Param:   "model",
 		Code:    "model_not_found",
@@ -109,7 +114,7 @@ func errNotFound(msg, code string) *apiError {
 
 func errMethod(r *http.Request, allowed string) *apiError {
 	return &apiError{status: http.StatusMethodNotAllowed, body: openai.Error{
-		Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", r.Method, r.URL.Path, allowed),
+		Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", clip(r.Method, quoteLen), clip(r.URL.Path, quoteLen), allowed),
 		Type:    openai.TypeInvalidRequest,
 		Code:    "method_not_allowed",
 	}}
@@ -133,6 +138,9 @@ func writeError(w http.ResponseWriter, e *apiError) {
 	if !e.retryAfter.IsZero() {
 		w.Header().Set("Retry-After", e.retryAfter.UTC().Format(http.TimeFormat))
 	}
+	if e.close {
+		w.Header().Set("Connection", "close")
+	}
 	openai.WriteError(w, e.status, e.body)
 }
 
@@ -142,4 +150,20 @@ func badGateway(w http.ResponseWriter, reason string) {
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusBadGateway)
 	fmt.Fprintf(w, "Bad Gateway: %s\n", reason)
+}
+
+// quoteLen is how much of a client's string, in bytes, an error message quotes (contract section
+// 4): enough to recognise it, never enough to make an answer or a log line large.
+const quoteLen = 64
+
+// clip returns s cut to at most max bytes, at a character boundary, with "…" when it was cut.
+func clip(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

@@ -33,7 +33,10 @@ type Options struct {
 	Upstream *upstream.Pool
 	Logger   *slog.Logger // nil discards
 
-	MaxBody       int64         // request body limit; default 5 MiB
+	MaxBody int64 // request body limit; default 5 MiB
+	// BodyTimeout is the longest gap allowed between bytes of a request body, where the
+	// connection has read deadlines (not on Lambda); default 10 s. A stall is a 408.
+	BodyTimeout   time.Duration
 	Keepalive     time.Duration // backend silence before ": keepalive"; default 15 s
 	LeaseTTL      time.Duration // in-flight lease; default store.DefaultLeaseTTL
 	CacheTTL      time.Duration // key and maintenance cache; default 2 s, at most 5 s
@@ -79,6 +82,9 @@ func New(opt Options) (*Gateway, error) {
 	}
 	if opt.MaxBody <= 0 {
 		opt.MaxBody = 5 << 20
+	}
+	if opt.BodyTimeout <= 0 {
+		opt.BodyTimeout = 10 * time.Second
 	}
 	if opt.Keepalive <= 0 {
 		opt.Keepalive = 15 * time.Second
@@ -154,7 +160,7 @@ func (g *Gateway) serveInfo(w http.ResponseWriter, r *http.Request) {
 
 // notFound answers a path the API does not have.
 func (g *Gateway) notFound(w http.ResponseWriter, r *http.Request) {
-	writeError(w, errNotFound("Unknown request URL: "+r.Method+" "+r.URL.Path+". The API's base URL ends in /v1.", "unknown_url"))
+	writeError(w, errNotFound("Unknown request URL: "+clip(r.Method, quoteLen)+" "+clip(r.URL.Path, quoteLen)+". The API's base URL ends in /v1.", "unknown_url"))
 }
 
 // notPost answers a request to an inference endpoint that is not a POST.

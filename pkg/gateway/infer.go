@@ -47,6 +47,7 @@ func (g *Gateway) infer(w http.ResponseWriter, r *http.Request, ep *endpoint) {
 	if checked {
 		x.forward(x.fenced)
 	}
+	x.abortIfGone()
 }
 
 // exchange is one admitted inference request on its way through the gateway.
@@ -133,6 +134,10 @@ func (x *exchange) backendContext(ctx context.Context) (context.Context, context
 // unanswered handles a backend call that got no response headers.
 func (x *exchange) unanswered(ctx context.Context, err error) {
 	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
+	var ue *upstream.Error
+	if errors.As(err, &ue) {
+		x.event.Backend = ue.Backend // the backend called, also when the client left meanwhile
+	}
 	switch {
 	case x.requestCtxDone():
 		x.event.Status = usage.StatusClientDisconnected
@@ -144,10 +149,6 @@ func (x *exchange) unanswered(ctx context.Context, err error) {
 	case errors.Is(err, upstream.ErrUnavailable):
 		x.fail(errUnavailable(x.req.model.ID))
 	default:
-		var ue *upstream.Error
-		if errors.As(err, &ue) {
-			x.event.Backend = ue.Backend
-		}
 		x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend request failed", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
 		x.badGateway("the model backend was unreachable or did not answer in time.")
 	}
@@ -186,7 +187,7 @@ func upstreamMessage(body io.Reader) string {
 	if err == nil {
 		if f, ok := openai.Lookup(raw, fields, "message"); ok {
 			if s, ok := openai.Unquote(f.Value(raw)); ok && s != "" {
-				return s
+				return abbreviateText(s, 500) // a validation error may quote the whole request
 			}
 		}
 		if f, ok := openai.Lookup(raw, fields, "error"); ok {
@@ -194,7 +195,7 @@ func upstreamMessage(body io.Reader) string {
 			if ef, err := openai.ParseObject(nil, ev); err == nil {
 				if mf, ok := openai.Lookup(ev, ef, "message"); ok {
 					if s, ok := openai.Unquote(mf.Value(ev)); ok && s != "" {
-						return s
+						return abbreviateText(s, 500)
 					}
 				}
 			}
@@ -209,9 +210,4 @@ func upstreamMessage(body io.Reader) string {
 	return abbreviateText(string(raw), 500)
 }
 
-func abbreviateText(s string, max int) string {
-	if len(s) > max {
-		return s[:max] + "…"
-	}
-	return s
-}
+func abbreviateText(s string, max int) string { return clip(s, max) }

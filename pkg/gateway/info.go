@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"regexp"
 	"strings"
 
 	"github.com/neocloud/kiln/pkg/catalog"
@@ -104,12 +105,21 @@ func (g *Gateway) credits(w http.ResponseWriter, r *http.Request, p store.Princi
 	writeJSON(w, append(b, '\n'))
 }
 
+// generationIDPattern matches the ids newGenerationID makes, and those of the usage-event schema.
+var generationIDPattern = regexp.MustCompile(`^gen-[0-9A-Za-z]{1,64}$`)
+
 // generation answers with the usage event of one of the caller's organization's requests.
 // Another organization's id is indistinguishable from an unknown one: 404.
 func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Principal) {
 	id := r.URL.Query().Get("id")
 	if id == "" {
 		writeError(w, invalid("id", "missing_required_parameter", "Missing required query parameter: 'id'."))
+		return
+	}
+	if !generationIDPattern.MatchString(id) {
+		// Not an id the gateway makes: unknown without asking the store (DynamoDB refuses keys
+		// over 1 KiB, and a client's string must not become a store error).
+		writeError(w, errNotFound("No generation with id '"+clip(id, quoteLen)+"' was found for your organization.", "generation_not_found"))
 		return
 	}
 	// A request this process still serves answers at once, from what admission knew: its answer
@@ -127,16 +137,14 @@ func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Pri
 	ev, err := g.opt.Store.Generation(r.Context(), p.OrgID, id)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		writeError(w, errNotFound("No generation with id '"+abbreviateText(id, 64)+"' was found for your organization.", "generation_not_found"))
+		writeError(w, errNotFound("No generation with id '"+clip(id, quoteLen)+"' was found for your organization.", "generation_not_found"))
 		return
 	case err != nil:
 		g.log.LogAttrs(r.Context(), slog.LevelError, "generation lookup failed", slog.String("org_id", p.OrgID), slog.String("error", err.Error()))
 		writeError(w, errStoreDown)
 		return
 	}
-	b, _ := json.Marshal(struct {
-		Object string `json:"object"`
-		usage.Event
-	}{"generation", ev})
-	writeJSON(w, append(b, '\n'))
+	// The event's own JSON (finish_reason null when none), with the object's name first.
+	b, _ := json.Marshal(ev)
+	writeJSON(w, append(append([]byte(`{"object":"generation",`), b[1:]...), '\n'))
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/neocloud/kiln/pkg/usage"
@@ -187,6 +188,7 @@ func TestGeneration(t *testing.T) {
 		{"unknown id", "/v1/generation?id=gen-01ARZ3NDEKTSV4RRFFQ69G5FAV", h.key, 404, "generation_not_found", ""},
 		{"missing id", "/v1/generation", h.key, 400, "missing_required_parameter", "id"},
 		{"empty id", "/v1/generation?id=", h.key, 400, "missing_required_parameter", "id"},
+		{"not a generation id", "/v1/generation?id=x%00" + strings.Repeat("9", 3000), h.key, 404, "generation_not_found", ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

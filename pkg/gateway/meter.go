@@ -51,7 +51,7 @@ func (m *meter) current() (openai.Usage, error) {
 
 // apply writes tokens, cost and finish reason into the event.
 func (m *meter) apply(ev *usage.Event, prices money.Prices) error {
-	ev.FinishReason = m.finish
+	ev.FinishReason = clip(m.finish, usage.MaxFinishReasonLen/2) // the backend's: "stop", "length"…
 	// A malformed report is dropped, and the answer is billed as if none had come: estimated.
 	_, usageErr := m.current()
 	if usageErr != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/openai"
@@ -34,9 +35,13 @@ type request struct {
 }
 
 // check runs the endpoint checks of contract section 2, step 7. modelID is returned even when
-// the check fails later, so that the usage event can name the model.
+// the check fails later, so that the usage event can name the model; an id longer than any in
+// the catalog is returned as recordedModel makes it, bounded.
+//
+// The body is parsed once, by ParseRequest, which refuses a member name written twice in any
+// object at any depth: what the checks below read of a nested object is what the backend reads.
 func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string, e *apiError) {
-	fields, err := openai.ParseObject(nil, body)
+	fields, err := openai.ParseRequest(nil, body)
 	if err != nil {
 		if errors.Is(err, openai.ErrDuplicateKey) {
 			return req, "", invalid("", "", "Invalid JSON body: %v. Send each member once.", err)
@@ -56,13 +61,14 @@ func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string,
 	// refused later still says what it asked for.
 	mv, hasModel := get("model")
 	modelID, isString := openai.Unquote(mv)
+	if len(modelID) > catalog.MaxIDLen {
+		// Never a model, and too long to record or quote: the event and the message get a prefix.
+		return req, recordedModel(modelID), errModelNotFound(modelID)
+	}
 	if sv, ok := get("stream"); ok {
 		req.hasStream = true
-		switch string(sv) {
-		case "true", `"true"`, "1":
-			req.stream = true
-		case "false", `"false"`, "0", "null":
-		default:
+		var known bool
+		if req.stream, known = openai.Flag(sv); !known {
 			return req, modelID, invalid("stream", "invalid_type", "Invalid value for 'stream': expected a boolean (true or false), but got %s.", abbreviate(sv))
 		}
 	}
@@ -128,7 +134,9 @@ func checkChat(m *catalog.Model, get func(string) ([]byte, bool)) *apiError {
 		if openai.Kind(msg) != '{' {
 			return invalid(at(), "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at(), kindName(msg))
 		}
-		fields, _ = openai.ParseObject(fields[:0], msg) // already validated as part of the body
+		if fields, err = openai.ParseObject(fields[:0], msg); err != nil {
+			return nestedInvalid(at(), err) // not reached: the body's parse refused it
+		}
 		rf, ok := openai.Lookup(msg, fields, "role")
 		if !ok {
 			return invalid(at()+".role", "missing_required_parameter", "Missing required parameter: '%s.role'.", at())
@@ -174,7 +182,13 @@ func checkChat(m *catalog.Model, get func(string) ([]byte, bool)) *apiError {
 		}
 	}
 	if ie, ok := get("ignore_eos"); ok && !m.IgnoreEOS {
-		if b, _ := openai.Bool(ie); b {
+		// Read as the backend reads it (as stream is): "true" and 1 are true. A form the gateway
+		// does not read, which the backend might take for true ("yes", 1.0), is refused too.
+		b, known := openai.Flag(ie)
+		if !known {
+			return invalid("ignore_eos", "invalid_type", "Invalid value for 'ignore_eos': expected a boolean (true or false), but got %s.", abbreviate(ie))
+		}
+		if b {
 			return invalid("ignore_eos", "unsupported_parameter", "Unsupported parameter: 'ignore_eos' is not supported with model %s.", m.ID)
 		}
 	}
@@ -185,7 +199,7 @@ func checkChat(m *catalog.Model, get func(string) ([]byte, bool)) *apiError {
 func checkParts(m *catalog.Model, at string, parts []byte) *apiError {
 	elems, err := openai.Elements(nil, parts)
 	if err != nil {
-		return nil
+		return nestedInvalid(at, err) // not reached: the body's parse refused it
 	}
 	var fields []openai.Field
 	for i, span := range elems {
@@ -193,7 +207,9 @@ func checkParts(m *catalog.Model, at string, parts []byte) *apiError {
 		if openai.Kind(part) != '{' {
 			continue
 		}
-		fields, _ = openai.ParseObject(fields[:0], part)
+		if fields, err = openai.ParseObject(fields[:0], part); err != nil {
+			return nestedInvalid(fmt.Sprintf("%s[%d]", at, i), err)
+		}
 		tf, ok := openai.Lookup(part, fields, "type")
 		if !ok {
 			continue
@@ -232,7 +248,9 @@ func checkTools(tools []byte) *apiError {
 		if openai.Kind(tool) != '{' {
 			return invalid(at(), "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at(), kindName(tool))
 		}
-		fields, _ = openai.ParseObject(fields[:0], tool)
+		if fields, err = openai.ParseObject(fields[:0], tool); err != nil {
+			return nestedInvalid(at(), err)
+		}
 		if tf, ok := openai.Lookup(tool, fields, "type"); ok {
 			if typ, _ := openai.Unquote(tf.Value(tool)); typ != "function" {
 				continue // other tool kinds are the model server's to judge
@@ -243,7 +261,9 @@ func checkTools(tools []byte) *apiError {
 			return invalid(at()+".function", "missing_required_parameter", "Missing required parameter: '%s.function'.", at())
 		}
 		fv := ff.Value(tool)
-		fn, _ = openai.ParseObject(fn[:0], fv)
+		if fn, err = openai.ParseObject(fn[:0], fv); err != nil {
+			return nestedInvalid(at()+".function", err)
+		}
 		nf, ok := openai.Lookup(fv, fn, "name")
 		if name, isStr := openai.Unquote(nf.Value(fv)); !ok || !isStr || name == "" {
 			return invalid(at()+".function.name", "missing_required_parameter", "Missing required parameter: '%s.function.name'.", at())
@@ -312,11 +332,25 @@ func kindName(v []byte) string {
 // abbreviate quotes a client's value in an error message, cut to a readable length.
 func abbreviate(v []byte) string {
 	const max = 40
-	if len(v) > max {
-		return string(v[:max]) + "…"
+	if len(v) > max+utf8.UTFMax {
+		v = v[:max+utf8.UTFMax] // clip needs only the bytes up to the cut
 	}
-	return string(v)
+	return clip(string(v), max)
 }
+
+// nestedInvalid refuses a nested object or array that does not parse. ParseObject has validated
+// the whole body, duplicate names at every depth included, before any check reads a nested value:
+// this is the answer should that ever change, never a silent pass.
+func nestedInvalid(at string, err error) *apiError {
+	if errors.Is(err, openai.ErrDuplicateKey) {
+		return invalid(at, "", "Invalid JSON body: %v in '%s'. Send each member once.", err, at)
+	}
+	return invalid(at, "", "Invalid JSON body: '%s' could not be parsed (%v).", at, err)
+}
+
+// recordedModel is what the usage event records of a model id longer than any catalog id: its
+// first bytes and "…", so that the record stays small and is never mistaken for a model's.
+func recordedModel(id string) string { return clip(id, quoteLen) }
 
 // estimatePromptTokens guesses a prompt's size when a request ends before the backend reported
 // usage: about four bytes of text a token, plus a few tokens of chat template per message.

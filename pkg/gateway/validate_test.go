@@ -41,6 +41,18 @@ func TestEndpointChecks(t *testing.T) {
 		{name: "trailing garbage", path: chat, body: `{"model":"qwen3-32b",` + user + `} x`, status: 400},
 		{name: "duplicate keys", path: chat, body: `{"model":"qwen3-32b","model":"gpt-oss-120b",` + user + `}`, status: 400, contains: "model"},
 		{name: "duplicate keys on completions", path: compl, body: `{"model":"qwen3-32b","prompt":"a","prompt":"b"}`, status: 400, contains: "prompt"},
+		// Duplicates nested at any depth: the same part without the duplicate is refused (image on a
+		// text-only model), so a duplicate must not be a way past that check.
+		{name: "duplicate type in a content part", path: chat,
+			body:   `{"model":"qwen3-32b","messages":[{"role":"user","content":[{"type":"image_url","type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}`,
+			status: 400, contains: `duplicate key "type"`},
+		{name: "duplicate role", path: chat, body: `{"model":"qwen3-32b","messages":[{"role":"user","role":"system","content":"hi"}]}`, status: 400, contains: `duplicate key "role"`},
+		{name: "duplicate role spelled differently", path: chat, body: `{"model":"qwen3-32b","messages":[{"role":"user","r\u006fle":"system","content":"hi"}]}`, status: 400, contains: `duplicate key "role"`},
+		{name: "duplicate in a function's parameters", path: chat,
+			body:   tool(`{"name":"w","description":"W.","parameters":{"type":"object","properties":{"a":{"type":"string","type":"number"}}}}`),
+			status: 400, contains: `duplicate key "type"`},
+		{name: "duplicate in stream_options", path: compl, body: `{"model":"qwen3-32b","prompt":"hi","stream":true,"stream_options":{"include_usage":false,"include_usage":true}}`, status: 400, contains: `duplicate key "include_usage"`},
+		{name: "duplicate in an unknown member", path: compl, body: `{"model":"qwen3-32b","prompt":"hi","extra_body":{"x":[{"k":1,"k":2}]}}`, status: 400, contains: `duplicate key "k"`},
 		// model.
 		{name: "model missing", path: chat, body: `{` + user + `}`, status: 400, param: "model", code: "missing_required_parameter"},
 		{name: "model missing on completions", path: compl, body: `{"prompt":"hi"}`, status: 400, param: "model", code: "missing_required_parameter"},
@@ -51,6 +63,10 @@ func TestEndpointChecks(t *testing.T) {
 			message: "The model `not-a-model` does not exist or you do not have access to it."},
 		{name: "unknown model on completions", path: compl, body: `{"model":"not-a-model","prompt":"hi"}`, status: 404, param: "model", code: "model_not_found",
 			message: "The model `not-a-model` does not exist or you do not have access to it."},
+		{name: "model id of 257 bytes", path: chat, body: `{"model":"` + strings.Repeat("m", 257) + `",` + user + `}`, status: 404, param: "model", code: "model_not_found",
+			message: "The model `" + strings.Repeat("m", 64) + "…` does not exist or you do not have access to it."},
+		{name: "model id of 450 KB", path: compl, body: `{"model":"` + strings.Repeat("é", 225000) + `","prompt":"hi"}`, status: 404, param: "model", code: "model_not_found",
+			message: "The model `" + strings.Repeat("é", 32) + "…` does not exist or you do not have access to it."},
 		{name: "backend name is not a public id", path: compl, body: `{"model":"Qwen/Qwen3-32B","prompt":"hi"}`, status: 404, param: "model", code: "model_not_found",
 			message: "The model `Qwen/Qwen3-32B` does not exist or you do not have access to it."},
 		// messages.
@@ -86,6 +102,13 @@ func TestEndpointChecks(t *testing.T) {
 		{name: "tools not an array", path: chat, body: `{"model":"gpt-oss-120b",` + user + `,"tools":{}}`, status: 400, param: "tools", code: "invalid_type"},
 		// ignore_eos.
 		{name: "ignore_eos on gpt-oss chat", path: chat, body: `{"model":"gpt-oss-120b",` + user + `,"ignore_eos":true}`, status: 400, param: "ignore_eos", code: "unsupported_parameter"},
+		{name: `ignore_eos "true" on gpt-oss chat`, path: chat, body: `{"model":"gpt-oss-120b",` + user + `,"ignore_eos":"true"}`, status: 400, param: "ignore_eos", code: "unsupported_parameter"},
+		{name: "ignore_eos 1 on gpt-oss chat", path: chat, body: `{"model":"gpt-oss-120b",` + user + `,"ignore_eos":1}`, status: 400, param: "ignore_eos", code: "unsupported_parameter"},
+		// Forms vLLM's pydantic also reads as true; the gateway does not read them, so refuses them.
+		{name: `ignore_eos "yes" on gpt-oss chat`, path: chat, body: `{"model":"gpt-oss-120b",` + user + `,"ignore_eos":"yes"}`, status: 400, param: "ignore_eos", code: "invalid_type"},
+		{name: "ignore_eos 1.0 on gpt-oss chat", path: chat, body: `{"model":"gpt-oss-120b",` + user + `,"ignore_eos":1.0}`, status: 400, param: "ignore_eos", code: "invalid_type"},
+		{name: `ignore_eos "True" on gpt-oss chat`, path: chat, body: `{"model":"gpt-oss-120b",` + user + `,"ignore_eos":"True"}`, status: 400, param: "ignore_eos", code: "invalid_type"},
+		{name: `ignore_eos "\u0074rue" on gpt-oss chat`, path: chat, body: `{"model":"gpt-oss-120b",` + user + `,"ignore_eos":"\u0074rue"}`, status: 400, param: "ignore_eos", code: "invalid_type"},
 		// tool_choice.
 		{name: "tool_choice required on qwen3-32b", path: chat,
 			body:   `{"model":"qwen3-32b",` + user + `,"tools":[{"type":"function","function":{"name":"w","description":"Weather."}}],"tool_choice":"required"}`,
@@ -165,6 +188,9 @@ func TestAcceptedParameters(t *testing.T) {
 		{name: "ignore_eos on completions, gpt-oss", path: compl, body: `{"model":"gpt-oss-120b","prompt":"M1 [[sim:tokens=1]]","ignore_eos":true}`, forwarded: `"ignore_eos":true`},
 		{name: "ignore_eos on chat, qwen3-32b", path: chat, body: chatBody("qwen3-32b", "M2 [[sim:tokens=1]]", `"ignore_eos":true`), forwarded: `"ignore_eos":true`},
 		{name: "ignore_eos false on gpt-oss chat", path: chat, body: chatBody("gpt-oss-120b", "M3 [[sim:tokens=1]]", `"ignore_eos":false`), forwarded: `"ignore_eos":false`},
+		{name: `ignore_eos "false" on gpt-oss chat`, path: chat, body: chatBody("gpt-oss-120b", "M14 [[sim:tokens=1]]", `"ignore_eos":"false"`), forwarded: `"ignore_eos":"false"`},
+		{name: "ignore_eos 0 on gpt-oss chat", path: chat, body: chatBody("gpt-oss-120b", "M15 [[sim:tokens=1]]", `"ignore_eos":0`), forwarded: `"ignore_eos":0`},
+		{name: `ignore_eos "true" on chat, qwen3-32b`, path: chat, body: chatBody("qwen3-32b", "M16 [[sim:tokens=1]]", `"ignore_eos":"true"`), forwarded: `"ignore_eos":"true"`},
 		{name: "tool_choice auto on qwen3-32b", path: chat,
 			body:      chatBody("qwen3-32b", "M4 [[sim:tokens=1]]", `"tools":[{"type":"function","function":{"name":"w","description":"Weather."}}]`, `"tool_choice":"auto"`),
 			forwarded: `"tool_choice":"auto"`},
@@ -261,5 +287,27 @@ func TestMethodAndPath(t *testing.T) {
 	}
 	if n := h.rec.count(); n != 0 {
 		t.Errorf("%d requests reached the backend", n)
+	}
+}
+
+// TestLongModelIDIsBounded sends model ids up to 450 KB: the answer, the usage event and what the
+// store keeps of it quote at most 64 bytes of the id (contract section 4).
+func TestLongModelIDIsBounded(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	for _, n := range []int{256, 257, 1100, 450000} {
+		id := strings.Repeat("=", n)
+		r := h.do(req{path: "/v1/chat/completions", body: `{"model":"` + id + `","messages":[{"role":"user","content":"hi"}]}`, key: h.key})
+		if r.status != http.StatusNotFound || len(r.body) > 300 {
+			t.Fatalf("%d bytes: %d, %d bytes of body", n, r.status, len(r.body))
+		}
+		ev := h.waitEvent(h.orgID, r.genID())
+		want := id
+		if n > 256 {
+			want = strings.Repeat("=", 64) + "…"
+		}
+		if ev.Model != want {
+			t.Errorf("%d bytes: the event records a model of %d bytes, want %d", n, len(ev.Model), len(want))
+		}
 	}
 }

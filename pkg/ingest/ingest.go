@@ -200,6 +200,16 @@ func Validate(e usage.Event) error {
 	if e.TTFTMillis < 0 || e.DurationMillis < 0 {
 		bad("negative ttft_ms or duration_ms")
 	}
+	// The gateway bounds what clients and backends put in these; a longer one did not come from it.
+	if len(e.Model) > usage.MaxModelLen {
+		bad("model of %d bytes: at most %d", len(e.Model), usage.MaxModelLen)
+	}
+	if len(e.FinishReason) > usage.MaxFinishReasonLen {
+		bad("finish_reason of %d bytes: at most %d", len(e.FinishReason), usage.MaxFinishReasonLen)
+	}
+	if len(e.Backend) > usage.MaxModelLen {
+		bad("backend of %d bytes: at most %d", len(e.Backend), usage.MaxModelLen)
+	}
 	return errors.Join(errs...)
 }
 

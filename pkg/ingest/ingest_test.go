@@ -61,6 +61,9 @@ func TestDecode(t *testing.T) {
 		{"bad status", envelope(t, asMap(func(m map[string]any) { m["status"] = "done" }), Source, DetailType), "status"},
 		{"cached above prompt", envelope(t, asMap(func(m map[string]any) { m["cached_tokens"] = 10 }), Source, DetailType), "cached_tokens"},
 		{"zero time", envelope(t, asMap(func(m map[string]any) { m["started_at"] = "0001-01-01T00:00:00Z" }), Source, DetailType), "started_at"},
+		{"model over 256 bytes", envelope(t, asMap(func(m map[string]any) { m["model"] = strings.Repeat("m", 257) }), Source, DetailType), "model of 257 bytes"},
+		{"finish_reason over 64 bytes", envelope(t, asMap(func(m map[string]any) { m["finish_reason"] = strings.Repeat("f", 65) }), Source, DetailType), "finish_reason of 65 bytes"},
+		{"backend over 256 bytes", envelope(t, asMap(func(m map[string]any) { m["backend"] = strings.Repeat("b", 257) }), Source, DetailType), "backend of 257 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := Decode([]byte(tc.body))

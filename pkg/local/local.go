@@ -130,16 +130,20 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 	// settles on its own way out.
 	baseCtx, cancelAll := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelAll()
+	// The body's timeout is the gateway's (it reads the body); the headers' and the idle
+	// connections' are the server's. conn answers what net/http would answer in plain text, or not
+	// at all, in the API's error shape (conn.go).
 	srv := &http.Server{
 		Handler:           gw,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		MaxHeaderBytes:    64 << 10,
+		ReadHeaderTimeout: cfg.RequestHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ConnState:         connState,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve(listener{ln}) }()
 
 	select {
 	case err := <-serveErr:
@@ -166,6 +170,9 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 	return nil
 }
 
+// maxHeaderBytes bounds a request's line and headers (net/http adds 4 KiB of slack); more is a 431.
+const maxHeaderBytes = 64 << 10
+
 // settleAfterGrace is how long, after the shutdown grace, the server waits for the settlement of
 // every request admitted: a store that stops answering would otherwise hold the process for the
 // gateway's five minutes of retries.
@@ -185,6 +192,7 @@ func GatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, g
 		}),
 		Logger:        log,
 		MaxBody:       cfg.MaxBody,
+		BodyTimeout:   cfg.RequestBodyTimeout,
 		Keepalive:     cfg.Keepalive,
 		LeaseTTL:      cfg.LeaseTTL,
 		CacheTTL:      cfg.CacheTTL,

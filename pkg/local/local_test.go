@@ -45,7 +45,7 @@ type localServer struct {
 	stop      func() error // ends Run as SIGTERM does, and returns what it returned
 }
 
-func startLocal(t *testing.T, extra map[string]string) *localServer {
+func startLocal(t testing.TB, extra map[string]string) *localServer {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

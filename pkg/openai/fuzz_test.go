@@ -13,11 +13,12 @@ import (
 // The seed corpora are in testdata/fuzz/<FuzzName>/.
 
 // stdObject reads raw's top-level members with encoding/json's tokenizer: keys in order, whether
-// any repeats, and how deeply raw nests. ok is false unless raw is an object.
-func stdObject(t *testing.T, raw []byte) (keys []string, dup bool, depth int, ok bool) {
+// any repeats (dup), whether any object at any depth names a key twice (anyDup), and how deeply
+// raw nests. ok is false unless raw is an object.
+func stdObject(t *testing.T, raw []byte) (keys []string, dup, anyDup bool, depth int, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
-		return nil, false, 0, false
+		return nil, false, false, 0, false
 	}
 	seen := map[string]bool{}
 	for dec.More() {
@@ -35,31 +36,69 @@ func stdObject(t *testing.T, raw []byte) (keys []string, dup bool, depth int, ok
 		}
 	}
 	dec = json.NewDecoder(bytes.NewReader(raw))
+	// One set of keys per open container (nil for arrays); in an object, tokens alternate
+	// between a key and its value.
+	var open []map[string]bool
+	var atKey []bool
 	for d := 0; ; {
 		tok, err := dec.Token()
 		if err != nil {
 			break
 		}
+		if k, isKey := tok.(string); isKey && len(open) > 0 && open[len(open)-1] != nil && atKey[len(atKey)-1] {
+			anyDup = anyDup || open[len(open)-1][k]
+			open[len(open)-1][k] = true
+			atKey[len(atKey)-1] = false
+			continue
+		}
+		if len(atKey) > 0 {
+			atKey[len(atKey)-1] = true // a value was read; next comes a key (in an object)
+		}
 		switch tok {
 		case json.Delim('{'), json.Delim('['):
 			d++
 			depth = max(depth, d)
+			if tok == json.Delim('{') {
+				open = append(open, map[string]bool{})
+			} else {
+				open = append(open, nil)
+			}
+			atKey = append(atKey, true)
 		case json.Delim('}'), json.Delim(']'):
 			d--
+			open, atKey = open[:len(open)-1], atKey[:len(atKey)-1]
 		}
 	}
-	return keys, dup, depth, true
+	return keys, dup, anyDup, depth, true
 }
 
 func FuzzParseObject(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		fields, err := ParseObject(nil, raw)
 		valid := json.Valid(raw)
+		// ParseRequest is ParseObject that refuses a repeated key in nested objects too.
+		reqFields, reqErr := ParseRequest(nil, raw)
+		if valid {
+			_, dup, anyDup, depth, isObject := stdObject(t, raw)
+			switch {
+			case !isObject || depth > maxDepth:
+			case anyDup && !errors.Is(reqErr, ErrDuplicateKey):
+				t.Fatalf("ParseRequest accepted a repeated nested key in %q: %v", raw, reqErr)
+			case !anyDup && reqErr != nil:
+				t.Fatalf("ParseRequest refused %q: %v", raw, reqErr)
+			case !anyDup && len(reqFields) != len(fields):
+				t.Fatalf("ParseRequest found %d members, ParseObject %d", len(reqFields), len(fields))
+			case dup && !anyDup:
+				t.Fatalf("a top-level repeat is a repeat")
+			}
+		} else if reqErr == nil {
+			t.Fatalf("ParseRequest accepted invalid JSON %q", raw)
+		}
 		if err != nil {
 			if !valid {
 				return
 			}
-			keys, dup, depth, isObject := stdObject(t, raw)
+			keys, dup, _, depth, isObject := stdObject(t, raw)
 			switch {
 			case !isObject:
 				return

@@ -3,10 +3,11 @@ package openai
 import (
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
-// ErrDuplicateKey reports an object that names the same top-level key twice. Servers disagree on
-// which one wins, so the gateway must not forward such a body.
+// ErrDuplicateKey reports an object that names the same key twice. Servers disagree on which one
+// wins, so the gateway must not forward such a body.
 var ErrDuplicateKey = errors.New("duplicate key")
 
 // Key returns the field's key, decoded.
@@ -19,8 +20,21 @@ func (f Field) Value(raw []byte) []byte { return raw[f.ValueStart:f.ValueEnd] }
 // returns its top-level members in order, appended to dst[:0]. The whole text is validated (RFC
 // 8259, nesting at most 1000 deep). Errors are *SyntaxError, except for a key that appears twice at
 // the top level, which is an error wrapping ErrDuplicateKey. ParseObject allocates only to grow
-// dst.
-func ParseObject(dst []Field, raw []byte) ([]Field, error) {
+// dst. Nested objects are left to whoever reads them (a backend's chunks are read with Members and
+// LookupLast, as JSON parsers read them); a client's body is parsed with ParseRequest.
+func ParseObject(dst []Field, raw []byte) ([]Field, error) { return parseObject(dst, raw, nil) }
+
+// ParseRequest is ParseObject for a body that is forwarded: a key that appears twice in any object,
+// at any depth, is an error wrapping ErrDuplicateKey too, so that the gateway's checks and the
+// backend can never read the body two ways. It allocates only to grow dst and for objects that
+// nest more than 8 deep or have more than 16 keys open at once.
+func ParseRequest(dst []Field, raw []byte) ([]Field, error) {
+	var kb keyBufs
+	return parseObject(dst, raw, &kb)
+}
+
+// parseObject is ParseObject, and with kb ParseRequest.
+func parseObject(dst []Field, raw []byte, kb *keyBufs) ([]Field, error) {
 	dst = dst[:0]
 	i := skipSpace(raw, 0)
 	if i >= len(raw) || raw[i] != '{' {
@@ -37,7 +51,7 @@ func ParseObject(dst []Field, raw []byte) ([]Field, error) {
 				return dst[:0], err
 			}
 			valueStart := skipSpace(raw, next)
-			valueEnd, err := scanValue(raw, valueStart, 1)
+			valueEnd, err := scanValue(raw, valueStart, 1, kb)
 			if err != nil {
 				return dst[:0], err
 			}
@@ -74,11 +88,7 @@ func checkDuplicates(raw []byte, fields []Field) error {
 		for k := 1; k < len(fields); k++ {
 			a := raw[fields[k].KeyStart+1 : fields[k].KeyEnd-1]
 			for j := range k {
-				b := raw[fields[j].KeyStart+1 : fields[j].KeyEnd-1]
-				if len(a) > 0 && len(b) > 0 && a[0] != b[0] && selfChar(a[0]) && selfChar(b[0]) {
-					continue // they differ in their first character
-				}
-				if contentsEqual(a, b) {
+				if sameKey(a, raw[fields[j].KeyStart+1:fields[j].KeyEnd-1]) {
 					return duplicate(raw, fields[k])
 				}
 			}
@@ -96,8 +106,28 @@ func checkDuplicates(raw []byte, fields []Field) error {
 	return nil
 }
 
-func duplicate(raw []byte, f Field) error {
-	return fmt.Errorf("%w %q at byte %d", ErrDuplicateKey, f.Key(raw), f.KeyStart)
+// sameKey reports whether two keys' contents, as written, decode to the same text.
+func sameKey(a, b []byte) bool {
+	if len(a) > 0 && len(b) > 0 && a[0] != b[0] && selfChar(a[0]) && selfChar(b[0]) {
+		return false // they differ in their first character
+	}
+	return contentsEqual(a, b)
+}
+
+func duplicate(raw []byte, f Field) error { return duplicateAt(raw, f.KeyStart, f.KeyEnd) }
+
+// duplicateAt is the error for the key written at raw[start:end], quoted at most 64 bytes long:
+// the key is the client's.
+func duplicateAt(raw []byte, start, end int) error {
+	key := unquote(raw[start+1 : end-1])
+	if len(key) > 64 {
+		cut := 64
+		for cut > 0 && !utf8.RuneStart(key[cut]) {
+			cut--
+		}
+		key = key[:cut] + "…"
+	}
+	return fmt.Errorf("%w %q at byte %d", ErrDuplicateKey, key, start)
 }
 
 // Lookup returns the member of raw named key; fields are raw's members from ParseObject. It does not
@@ -279,6 +309,22 @@ func Bool(v []byte) (val, ok bool) {
 	return false, false
 }
 
+// Flag reads v, a JSON value given for a boolean request flag, as model servers read it and
+// returns whether the value is one of the forms the gateway accepts at all: true, "true" and 1
+// are true; false, "false", 0 and null are false. vLLM and SGLang validate their requests with
+// pydantic in lax mode, which reads those forms the same way (null as "not given") but also takes
+// 1.0, "1", "yes", "on", "t", "y" and their capitalised forms as true; such a value gets ok false,
+// so that a caller refuses it rather than forward a flag the backend would read differently.
+func Flag(v []byte) (val, ok bool) {
+	switch string(trimSpace(v)) {
+	case "true", `"true"`, "1":
+		return true, true
+	case "false", `"false"`, "0", "null":
+		return false, true
+	}
+	return false, false
+}
+
 // Unquote decodes v if it is a JSON string. Invalid UTF-8 and unpaired surrogates become U+FFFD, as
 // with encoding/json.
 func Unquote(v []byte) (string, bool) {
@@ -306,7 +352,7 @@ func Elements(dst [][2]int, v []byte) ([][2]int, error) {
 	} else {
 		for {
 			start := i
-			end, err := scanValue(v, i, 1)
+			end, err := scanValue(v, i, 1, nil)
 			if err != nil {
 				return dst[:0], err
 			}

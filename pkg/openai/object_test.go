@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // chunk is a typical streamed chat.completion.chunk as vLLM sends it, with usage.
@@ -28,7 +29,9 @@ func TestParseObjectMembers(t *testing.T) {
 		{"escaped keys are decoded", `{"a\"b":1,"\u0063":2,"\ud83c\udf89":3,"\n\/":4}`, [][2]string{{`a"b`, "1"}, {"c", "2"}, {"🎉", "3"}, {"\n/", "4"}}},
 		{"unpaired surrogate decodes as U+FFFD", `{"\ud800":1,"\udc00x":2}`, [][2]string{{"\ufffd", "1"}, {"\ufffdx", "2"}}},
 		{"strings with escapes", `{"s":"tab\t \"q\" \\ \u00e9 \ud83d\ude00"}`, [][2]string{{"s", `"tab\t \"q\" \\ \u00e9 \ud83d\ude00"`}}},
-		{"nested duplicates are the member's business", `{"a":{"b":1,"b":2}}`, [][2]string{{"a", `{"b":1,"b":2}`}}},
+		{"the same key in sibling and nested objects", `{"a":{"a":1,"b":{"a":2}},"b":[{"a":1},{"a":2}]}`,
+			[][2]string{{"a", `{"a":1,"b":{"a":2}}`}, {"b", `[{"a":1},{"a":2}]`}}},
+		{"nested duplicates are the member's business (ParseRequest refuses them)", `{"a":{"b":1,"b":2}}`, [][2]string{{"a", `{"b":1,"b":2}`}}},
 		{"deep but allowed", `{"a":` + strings.Repeat("[", maxDepth-1) + strings.Repeat("]", maxDepth-1) + `}`,
 			[][2]string{{"a", strings.Repeat("[", maxDepth-1) + strings.Repeat("]", maxDepth-1)}}},
 	}
@@ -137,20 +140,33 @@ func TestParseObjectDuplicateKey(t *testing.T) {
 	many.WriteString(`"k\u0037":2}`)
 
 	tests := []struct {
-		name string
-		raw  string
-		key  string
+		name   string
+		raw    string
+		key    string
+		nested bool // only ParseRequest refuses it
 	}{
-		{"same spelling", `{"a":1,"b":2,"a":3}`, "a"},
-		{"different spelling", `{"model":"x","mod\u0065l":"y"}`, "model"},
-		{"surrogate pair against UTF-8", `{"🎉":1,"\ud83c\udf89":2}`, "🎉"},
-		{"both unpaired surrogates read as U+FFFD", `{"\ud800":1,"\udbff":2}`, "\ufffd"},
-		{"invalid UTF-8 reads as U+FFFD", "{\"k\xff\":1,\"k\ufffd\":2}", "k\ufffd"},
-		{"many keys", many.String(), "k7"},
+		{"same spelling", `{"a":1,"b":2,"a":3}`, "a", false},
+		{"different spelling", `{"model":"x","mod\u0065l":"y"}`, "model", false},
+		{"surrogate pair against UTF-8", `{"🎉":1,"\ud83c\udf89":2}`, "🎉", false},
+		{"both unpaired surrogates read as U+FFFD", `{"\ud800":1,"\udbff":2}`, "\ufffd", false},
+		{"invalid UTF-8 reads as U+FFFD", "{\"k\xff\":1,\"k\ufffd\":2}", "k\ufffd", false},
+		{"many keys", many.String(), "k7", false},
+		{"nested", `{"a":{"b":1,"b":2}}`, "b", true},
+		{"nested with a different spelling", `{"messages":[{"role":"user","r\u006fle":"system"}]}`, "role", true},
+		{"in an array in an object in an array", `{"m":[{"content":[{"type":"text","type":"image_url"}]}]}`, "type", true},
+		{"after a closed sibling with the same key", `{"x":[{"k":1},{"k":2,"j":0,"k":3}]}`, "k", true},
+		{"deep", `{"a":` + strings.Repeat(`{"a":`, 40) + `{"z":1,"z":2}` + strings.Repeat("}", 40) + `}`, "z", true},
+		{"nested with many keys", `{"a":` + strings.TrimSuffix(many.String(), "}") + `}}`, "k7", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseObject(nil, []byte(tc.raw))
+			if tc.nested {
+				if err != nil {
+					t.Fatalf("ParseObject: %v; nested objects are not its business", err)
+				}
+				_, err = ParseRequest(nil, []byte(tc.raw))
+			}
 			if !errors.Is(err, ErrDuplicateKey) {
 				t.Fatalf("err = %v, want ErrDuplicateKey", err)
 			}
@@ -166,6 +182,16 @@ func TestParseObjectDuplicateKey(t *testing.T) {
 	t.Run("similar keys are not duplicates", func(t *testing.T) {
 		if _, err := ParseObject(nil, []byte(`{"a":1,"A":2,"a ":3,"\u0061b":4,"":5}`)); err != nil {
 			t.Error(err)
+		}
+		if _, err := ParseRequest(nil, []byte(`{"o":{"a":1,"A":2,"a ":3,"\u0061b":4,"":5},"p":[{"a":1},{"a":1}]}`)); err != nil {
+			t.Error(err)
+		}
+	})
+	t.Run("a long key is quoted in part", func(t *testing.T) {
+		long := strings.Repeat("é", 100)
+		_, err := ParseRequest(nil, []byte(`{"a":{"`+long+`":1,"`+long+`":2}}`))
+		if !errors.Is(err, ErrDuplicateKey) || len(err.Error()) > 120 || !utf8.ValidString(err.Error()) {
+			t.Errorf("err = %q", err)
 		}
 	})
 }
@@ -525,5 +551,21 @@ func TestPlainRunFindsTheFirst(t *testing.T) {
 		if got := plainRun(b, 0); got != 16 {
 			t.Errorf("plainRun(%q) = %d; want 16", b, got)
 		}
+	}
+}
+
+func TestParseRequestDoesNotAllocate(t *testing.T) {
+	raw := []byte(`{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"hi"}]}],` +
+		`"tools":[{"type":"function","function":{"name":"f","description":"d","parameters":{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"number"}},"required":["a"]}}}],` +
+		`"stream":true,"stream_options":{"include_usage":true}}`)
+	fields := make([]Field, 0, 8)
+	allocs := testing.AllocsPerRun(100, func() {
+		var err error
+		if fields, err = ParseRequest(fields, raw); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%v allocations per ParseRequest", allocs)
 	}
 }

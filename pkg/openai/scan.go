@@ -204,10 +204,21 @@ func scanKey(b []byte, i int) (keyEnd, next int, err error) {
 }
 
 // scanValue returns the offset just past the JSON value that starts at b[i] (after optional
-// whitespace). depth is the number of arrays and objects that already enclose the value.
-func scanValue(b []byte, i, depth int) (int, error) {
+// whitespace). depth is the number of arrays and objects that already enclose the value. With
+// room for keys (kb not nil), an object within the value that names a member twice is an error
+// wrapping ErrDuplicateKey, as at the top level: a client's body is read one way only, by the
+// gateway and by the backend it is forwarded to.
+func scanValue(b []byte, i, depth int, kb *keyBufs) (int, error) {
 	var isObject [maxDepth/64 + 1]uint64 // one bit per open container within this value
 	n := 0                               // containers open within this value
+	// The keys of the objects open within this value, innermost last, and where each object's
+	// keys begin; checked for a repeat as the object closes.
+	var keys []keySpan
+	var starts []int
+	nested := kb != nil
+	if nested {
+		keys, starts = kb.keys[:0], kb.starts[:0]
+	}
 	var err error
 	for {
 		// A value starts here.
@@ -233,8 +244,14 @@ func scanValue(b []byte, i, depth int) (int, error) {
 				break
 			}
 			if c == '{' {
-				if _, i, err = scanKey(b, i); err != nil {
+				start := i
+				var end int
+				if end, i, err = scanKey(b, i); err != nil {
 					return i, err
+				}
+				if nested {
+					starts = append(starts, len(keys))
+					keys = append(keys, keySpan{start, end})
 				}
 			}
 			continue
@@ -275,11 +292,23 @@ func scanValue(b []byte, i, depth int) (int, error) {
 			if isObject[(n-1)/64]&(1<<((n-1)%64)) != 0 {
 				switch b[i] {
 				case ',':
-					if _, i, err = scanKey(b, skipSpace(b, i+1)); err != nil {
+					start := skipSpace(b, i+1)
+					var end int
+					if end, i, err = scanKey(b, start); err != nil {
 						return i, err
+					}
+					if nested {
+						keys = append(keys, keySpan{start, end})
 					}
 					break closing
 				case '}':
+					if nested {
+						top := starts[len(starts)-1]
+						if err := checkSpans(b, keys[top:]); err != nil {
+							return i, err
+						}
+						keys, starts = keys[:top], starts[:len(starts)-1]
+					}
 					n--
 					i++
 				default:
@@ -499,4 +528,42 @@ func appendString(dst []byte, s string) []byte {
 	}
 	dst = append(dst, s[start:]...)
 	return append(dst, '"')
+}
+
+// keyBufs is the room scanValue keeps the keys of open objects in, on its caller's stack: the
+// caller that does not look for nested duplicates passes none, and scanValue's own frame stays
+// small (streams parse chunks deep in their goroutine's stack). Bodies that nest more objects or
+// keys than this still parse, on the heap.
+type keyBufs struct {
+	keys   [16]keySpan
+	starts [8]int
+}
+
+// keySpan is where an object's key is written: from its opening quote to just past its closing
+// one.
+type keySpan struct{ start, end int }
+
+// checkSpans reports a key of one object written twice, as checkDuplicates does for the members
+// of the outermost one.
+func checkSpans(raw []byte, keys []keySpan) error {
+	if len(keys) <= smallObject {
+		for k := 1; k < len(keys); k++ {
+			a := raw[keys[k].start+1 : keys[k].end-1]
+			for j := range k {
+				if sameKey(a, raw[keys[j].start+1:keys[j].end-1]) {
+					return duplicateAt(raw, keys[k].start, keys[k].end)
+				}
+			}
+		}
+		return nil
+	}
+	seen := make(map[string]struct{}, len(keys))
+	for _, k := range keys {
+		key := unquote(raw[k.start+1 : k.end-1])
+		if _, ok := seen[key]; ok {
+			return duplicateAt(raw, k.start, k.end)
+		}
+		seen[key] = struct{}{}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@
 package usage
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/neocloud/kiln/pkg/money"
@@ -42,7 +43,7 @@ type Event struct {
 	Stream           bool         `json:"stream"`
 	Status           Status       `json:"status"`
 	HTTPStatus       int          `json:"http_status"`
-	FinishReason     string       `json:"finish_reason"`
+	FinishReason     string       `json:"finish_reason"` // null on the wire when "" (see MarshalJSON)
 	PromptTokens     int64        `json:"prompt_tokens"`
 	CachedTokens     int64        `json:"cached_tokens"`
 	CompletionTokens int64        `json:"completion_tokens"`
@@ -52,6 +53,28 @@ type Event struct {
 	TTFTMillis       int64        `json:"ttft_ms"`
 	DurationMillis   int64        `json:"duration_ms"`
 	Backend          string       `json:"backend"`
+}
+
+// MaxModelLen bounds Model, in bytes: a catalog id has at most 256 (catalog.MaxIDLen), and the
+// gateway records a longer id that a client sent by its first 64 bytes and "…".
+const MaxModelLen = 256
+
+// MaxFinishReasonLen bounds FinishReason, in bytes; the gateway cuts a longer one a backend sent.
+const MaxFinishReasonLen = 64
+
+// MarshalJSON writes the event as events/usage-event.schema.json describes it: every field, with
+// finish_reason null when the backend gave none. Stores may keep "" for none; every output shows
+// null. Decoding needs no counterpart: encoding/json reads null into a string as "".
+func (e Event) MarshalJSON() ([]byte, error) {
+	type fields Event // the same fields without this method
+	var reason *string
+	if e.FinishReason != "" {
+		reason = &e.FinishReason
+	}
+	return json.Marshal(struct {
+		fields
+		FinishReason *string `json:"finish_reason"`
+	}{fields(e), reason})
 }
 
 // Day is the UTC calendar day ("2026-11-29") an event is aggregated under.

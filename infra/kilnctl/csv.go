@@ -1,0 +1,64 @@
+package main
+
+import (
+	"encoding/csv"
+	"io"
+)
+
+// writeCSV writes a header and rows as RFC 4180 CSV, every cell through csvCell. Every CSV that
+// kilnctl writes goes through here.
+func writeCSV(w io.Writer, header []string, rows [][]string) error {
+	cw := csv.NewWriter(w)
+	record := make([]string, 0, len(header))
+	for _, row := range append([][]string{header}, rows...) {
+		record = record[:0]
+		for _, c := range row {
+			record = append(record, csvCell(c))
+		}
+		if err := cw.Write(record); err != nil {
+			return err
+		}
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// csvCell makes a cell safe to open in a spreadsheet (OWASP, "CSV Injection"): a cell that starts
+// with =, +, -, @, a tab or a carriage return, which Excel, LibreOffice and Google Sheets would run
+// as a formula, gets a single quote in front, which they show and do not run. encoding/csv then
+// quotes the cell where CSV needs it (a comma, a quote, a line break).
+//
+// One exception, for finance: a cell that is a plain decimal number (-1.50, -0.000001155: an
+// adjustment's amount) is left as it is, so that money columns stay numbers. A spreadsheet reads
+// such a cell as a number, never as a formula; "-1+1", "-1.5e3" or "+1" are not plain and are
+// escaped. Readers that undo the quote strip one leading "'" from a cell that had it.
+func csvCell(s string) string {
+	if s == "" || plainDecimal(s) {
+		return s
+	}
+	switch s[0] {
+	case '=', '+', '-', '@', '\t', '\r':
+		return "'" + s
+	}
+	return s
+}
+
+// plainDecimal reports whether s is an optional minus sign, digits, and optionally a point and
+// more digits: "-1.50", "0", "12.000001155".
+func plainDecimal(s string) bool {
+	if s[0] == '-' {
+		s = s[1:]
+	}
+	digits, point := 0, false
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c >= '0' && c <= '9':
+			digits++
+		case c == '.' && !point && digits > 0 && i < len(s)-1:
+			point = true
+		default:
+			return false
+		}
+	}
+	return digits > 0
+}
