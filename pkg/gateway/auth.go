@@ -32,9 +32,9 @@ func (g *Gateway) authenticate(ctx context.Context, r *http.Request) (store.Prin
 	if !apikey.Valid(key) {
 		return store.Principal{}, errBadKey
 	}
-	// A client that leaves meanwhile must not turn the lookup into a store failure (a 503 logged
-	// as an error): the request goes on and ends as a departed client's does.
-	p, err := g.keys.get(context.WithoutCancel(ctx), apikey.Hash(key), g.opt.Now())
+	// ctx is the caller's store context: the admission deadline, and no cancellation by a client
+	// that leaves (which must not turn the lookup into a store failure, a 503 logged as an error).
+	p, err := g.keys.get(ctx, apikey.Hash(key), g.opt.Now())
 	switch {
 	case err == nil:
 		return p, nil

@@ -229,3 +229,30 @@ func TestReservationRefusesWhatCannotFit(t *testing.T) {
 		t.Errorf("after the answer: %+v, %v; want nothing reserved", org, err)
 	}
 }
+
+// TestRunningGenerationAnswersAtOnce: while a stream runs, GET /v1/generation of its id answers
+// at once with in_progress for its own organization and 404 for another; once the stream ended,
+// the record.
+func TestRunningGenerationAnswersAtOnce(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	otherKey, _ := h.newOrg("org_other_gen", "1", 8)
+	s := h.stream(req{path: "/v1/chat/completions", key: h.key,
+		body: chatBody("qwen3-32b", "slow [[sim:delay_ms=100]]", `"max_tokens":10`, `"stream":true`)})
+	id := s.resp.Header.Get(GenerationHeader)
+	if _, err := s.next(); err != nil {
+		t.Fatal(err)
+	}
+	r := h.do(req{method: "GET", path: "/v1/generation?id=" + id, key: h.key})
+	if r.status != 200 || !strings.Contains(string(r.body), `"status":"in_progress"`) || !strings.Contains(string(r.body), `"object":"generation"`) {
+		t.Fatalf("own running generation: %d %s", r.status, r.body)
+	}
+	if r := h.do(req{method: "GET", path: "/v1/generation?id=" + id, key: otherKey}); r.status != 404 {
+		t.Fatalf("another organization's running generation: %d %s", r.status, r.body)
+	}
+	s.all()
+	r = h.do(req{method: "GET", path: "/v1/generation?id=" + id, key: h.key})
+	if r.status != 200 || !strings.Contains(string(r.body), `"status":"completed"`) {
+		t.Fatalf("after the stream: %d %s", r.status, r.body)
+	}
+}

@@ -176,7 +176,7 @@ func (g *Gateway) get(w http.ResponseWriter, r *http.Request, h func(http.Respon
 		writeError(w, errMethod(r, http.MethodGet))
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), g.opt.AdmitTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.opt.AdmitTimeout)
 	defer cancel()
 	if e := g.checkMaintenance(ctx); e != nil {
 		writeError(w, e)
@@ -203,7 +203,7 @@ func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
 // checkMaintenance answers the maintenance window's 503 while it is on. Its lookup has the
 // admission deadline: a stalled store must not hold every request behind it.
 func (g *Gateway) checkMaintenance(ctx context.Context) *apiError {
-	ctx, cancel := context.WithTimeout(ctx, g.opt.AdmitTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opt.AdmitTimeout)
 	defer cancel()
 	m, err := g.maint.get(ctx, g.opt.Now())
 	if err != nil {

@@ -127,11 +127,7 @@ func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Pri
 	// up here, and its 404 takes the store's time like any other.
 	if ev, ok := g.running(p.OrgID, id); ok {
 		ev.Status = usage.StatusInProgress
-		b, _ := json.Marshal(struct {
-			Object string `json:"object"`
-			usage.Event
-		}{"generation", ev})
-		writeJSON(w, append(b, '\n'))
+		writeGeneration(w, ev)
 		return
 	}
 	ev, err := g.opt.Store.Generation(r.Context(), p.OrgID, id)
@@ -144,7 +140,12 @@ func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Pri
 		writeError(w, errStoreDown)
 		return
 	}
-	// The event's own JSON (finish_reason null when none), with the object's name first.
+	writeGeneration(w, ev)
+}
+
+// writeGeneration answers with an event: its own JSON (finish_reason null when none), with the
+// object's name first.
+func writeGeneration(w http.ResponseWriter, ev usage.Event) {
 	b, _ := json.Marshal(ev)
 	writeJSON(w, append(append([]byte(`{"object":"generation",`), b[1:]...), '\n'))
 }

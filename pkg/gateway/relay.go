@@ -334,6 +334,7 @@ func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s
 			s.write(openai.AppendData(nil, r.synthesizeUsage()))
 		}
 		x.event.Status = usage.StatusCompleted
+		s.flush() // the whole answer goes out now; only its end waits for the settlement
 		if !x.conclude() {
 			r.endWithError("store_unavailable", "The answer could not be recorded in time, so it ends without [DONE]. The part delivered is billed once it is recorded.", s)
 			return
@@ -357,6 +358,7 @@ func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s
 			}
 			x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend stream broke", attrs...)
 		}
+		s.flush()
 		x.conclude()
 		r.endWithError(code, msg, s)
 	}
