@@ -228,7 +228,7 @@ func (x *exchange) forward(ctx context.Context) {
 // call sends the request to a backend and returns its response, or nil when there is none (the
 // client then has its answer).
 func (x *exchange) call(ctx context.Context) *upstream.Response {
-	resp, err := x.g.opt.Upstream.Do(ctx, x.req.model, x.ep.path, x.req.forward)
+	resp, err := x.g.opt.Upstream.Do(ctx, upstream.Call{Model: x.req.model, Path: x.ep.path, Body: x.req.forward, OrgID: x.event.OrgID})
 	// The parsed request was for building the forwarded body; a stream need not hold it.
 	x.req.fields, x.req.options = nil, nil
 	if err != nil {

@@ -211,18 +211,31 @@ func TestRetry(t *testing.T) {
 	})
 }
 
-// TestBreakerOnServerErrors checks that 5xx answers count against a backend: after the
-// threshold the model answers 503 without calling it.
+// TestBreakerOnServerErrors checks contract section 3: six requests of one organization that the
+// backend answers with 500 leave the model to every other organization; once a second
+// organization draws a 500 too, the model answers 503 without calling the backend.
 func TestBreakerOnServerErrors(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t, config{upstream: func(o *upstream.Options) { o.FailureThreshold = 2; o.OpenFor = time.Minute }})
-	for i := range 2 {
+	keyB, _ := h.newOrg("org_b", initialCredits, 8)
+	keyC, _ := h.newOrg("org_c", initialCredits, 8)
+	for i := range 6 {
 		if r := h.chat(chatBody("gpt-oss-120b", "x [[sim:status=500]]")); r.status != 502 {
-			t.Fatalf("500 #%d: %d", i, r.status)
+			t.Fatalf("org_test's 500 #%d: %d", i, r.status)
 		}
 	}
+	if r := h.do(req{path: "/v1/chat/completions", body: chatBody("gpt-oss-120b", "fine [[sim:tokens=1]]"), key: keyB}); r.status != 200 {
+		t.Fatalf("org_b after org_test's 500s: %d %s", r.status, r.body)
+	}
+	// The success closed the run; two organizations' 500s open it.
+	if r := h.chat(chatBody("gpt-oss-120b", "x [[sim:status=500]]")); r.status != 502 {
+		t.Fatalf("org_test's 500: %d", r.status)
+	}
+	if r := h.do(req{path: "/v1/chat/completions", body: chatBody("gpt-oss-120b", "x [[sim:status=500]]"), key: keyB}); r.status != 502 {
+		t.Fatalf("org_b's 500: %d", r.status)
+	}
 	before := h.rec.count()
-	r := h.chat(chatBody("gpt-oss-120b", "fine [[sim:tokens=1]]"))
+	r := h.do(req{path: "/v1/chat/completions", body: chatBody("gpt-oss-120b", "fine [[sim:tokens=1]]"), key: keyC})
 	if r.status != 503 || deref(r.errorBody(t).Code) != "backend_unavailable" {
 		t.Fatalf("open breaker: %d %s", r.status, r.body)
 	}
