@@ -30,14 +30,14 @@ func TestUpstreamOutcomes(t *testing.T) {
 		textBody bool // 502: plain text
 	}{
 		{name: "400 context too long", path: chat, body: chatBody("qwen3-32b", "a b c", `"max_tokens":50000`), status: 400, errType: "invalid_request_error",
-			message: "This model's maximum context length is 40960 tokens. However, you requested 50003 tokens (3 in the messages, 50000 in the completion). Please reduce the length of the messages or completion."},
+			message: "'max_tokens' or 'max_completion_tokens' is too large: 50000. This model's maximum context length is 40960 tokens and your request has 3 input tokens (50000 > 40960 - 3)."},
 		{name: "400 context too long on completions", path: compl, body: `{"model":"qwen3-32b","prompt":"a b","max_tokens":40960}`, status: 400, errType: "invalid_request_error",
-			message: "This model's maximum context length is 40960 tokens. However, you requested 40962 tokens (2 in the prompt, 40960 in the completion). Please reduce the length of the prompt or completion."},
+			message: "'max_tokens' or 'max_completion_tokens' is too large: 40960. This model's maximum context length is 40960 tokens and your request has 2 input tokens (40960 > 40960 - 2)."},
 		{name: "400", path: chat, body: chatBody("gpt-oss-120b", "x [[sim:status=400]]"), status: 400, errType: "invalid_request_error", message: "Simulated error: Bad Request."},
 		{name: "400 streaming is still JSON", path: chat, body: chatBody("qwen3-32b", "x [[sim:status=400]]", `"stream":true`), status: 400, errType: "invalid_request_error", message: "Simulated error: Bad Request."},
 		{name: "413", path: compl, body: `{"model":"qwen3-32b","prompt":"x [[sim:status=413]]"}`, status: 400, errType: "invalid_request_error", message: "Simulated error: Request Entity Too Large."},
 		{name: "422", path: chat, body: chatBody("qwen3-32b", "x [[sim:status=422]]", `"stream":true`), status: 400, errType: "invalid_request_error", message: "Simulated error: Unprocessable Entity."},
-		{name: "backend's own validation", path: chat, body: chatBody("qwen3-32b", "x", `"n":2`), status: 400, errType: "invalid_request_error"},
+		{name: "backend's own validation", path: chat, body: chatBody("qwen3-32b", "x", `"n":0`), status: 400, errType: "invalid_request_error"},
 		{name: "429", path: chat, body: chatBody("gpt-oss-120b", "x [[sim:status=429]]"), status: 503, errType: "service_unavailable", code: "backend_unavailable"},
 		{name: "429 streaming", path: compl, body: `{"model":"gpt-oss-120b","prompt":"x [[sim:status=429]]","stream":true}`, status: 503, errType: "service_unavailable", code: "backend_unavailable"},
 		{name: "500", path: chat, body: chatBody("gpt-oss-120b", "x [[sim:status=500]]"), status: 502, textBody: true},
