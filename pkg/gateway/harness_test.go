@@ -31,7 +31,10 @@ import (
 // httptest.Server (wrapped by a recorder that keeps what the gateway forwarded), the real SQLite
 // store in a temporary directory, and the gateway behind its own httptest.Server.
 
-// catalogYAML is infra/catalog.yaml with the backends pointed at the test's simulator. %[1]s is
+// catalogYAML is infra/catalog.yaml with the backends pointed at the test's simulator, except
+// that qwen3-32b's backend does not report cached tokens, so that a stream cut on a backend with
+// continuous usage can be billed exactly (one that reports them is not: see
+// TestCutStreamBilling). %[1]s is
 // the simulator's base URL (ending in /v1), %[2]s extra models appended to the list, %[3]s the
 // server both reference backends run (the simulator speaks it).
 const catalogYAML = `version: 1
@@ -54,7 +57,6 @@ models:
         model: Qwen/Qwen3-32B
         server: %[3]s
         continuous_usage: true
-        cached_tokens: true
 
   - id: gpt-oss-120b
     owned_by: neocloud
@@ -284,7 +286,7 @@ func newHarness(t testing.TB, cfgs ...config) *harness {
 	h := &harness{t: t, server: cfg.server}
 	sw := simulator.Software(cfg.server)
 	h.sim = simulator.New(simulator.Config{Server: sw, Models: []simulator.Model{
-		{Name: "Qwen/Qwen3-32B", ContextLength: 40960, RejectRequiredToolChoice: true, Server: sw, CachedTokens: true},
+		{Name: "Qwen/Qwen3-32B", ContextLength: 40960, RejectRequiredToolChoice: true, Server: sw},
 		{Name: "openai/gpt-oss-120b", ContextLength: 131072, Server: sw, CachedTokens: true},
 	}})
 	h.rec = &recorder{next: h.sim}

@@ -36,7 +36,21 @@ type requestError struct {
 	status   int
 	message  string
 	param    string // "" for null
+	value    string // the rejected value vLLM's VLLMValidationError names; "" for none
 	inEngine bool
+}
+
+// text is the message as the server writes it: vLLM's VLLMValidationError appends
+// " (parameter=P, value=V)" to its message (vllm/exceptions.py at f984edf698e8).
+func (s Software) text(e *requestError) string {
+	if s == SGLang || e.param == "" {
+		return e.message
+	}
+	extra := "parameter=" + e.param
+	if e.value != "" {
+		extra += ", value=" + e.value
+	}
+	return e.message + " (" + extra + ")"
 }
 
 func (e *requestError) Error() string { return e.message }
@@ -73,14 +87,14 @@ func (s Software) errorBody(e *requestError) []byte {
 	if s == SGLang {
 		return marshal(flatError{Object: "error", Message: e.message, Type: errorType(e.status), Param: param(e.param), Code: e.status})
 	}
-	return marshal(nestedError{Error: errorInfo{Message: e.message, Type: errorType(e.status), Param: param(e.param), Code: e.status}})
+	return marshal(nestedError{Error: errorInfo{Message: s.text(e), Type: errorType(e.status), Param: param(e.param), Code: e.status}})
 }
 
 // streamErrorEvent is the data of the error event a stream ends with (then [DONE]): the same
 // object inside {"error": ...}, written by Python's json.dumps, whose separators have spaces.
 // SGLang's streaming error never names a param.
 func (s Software) streamErrorEvent(e *requestError) []byte {
-	msg := marshal(e.message)
+	msg := marshal(s.text(e))
 	typ := marshal(errorType(e.status))
 	if s == SGLang {
 		return fmt.Appendf(nil, `{"error": {"object": "error", "message": %s, "type": %s, "param": null, "code": %d}}`, msg, typ, e.status)
@@ -145,7 +159,7 @@ func (req *request) checkContext() error {
 			return badRequest("Input length (%d) exceeds model's maximum context length (%d).", p, limit)
 		}
 		if req.maxTokens >= 0 && p+req.maxTokens > limit {
-			return &requestError{status: http.StatusBadRequest, param: "max_tokens",
+			return &requestError{status: http.StatusBadRequest, param: "max_tokens", value: strconv.Itoa(req.maxTokens),
 				message: fmt.Sprintf("'max_tokens' or 'max_completion_tokens' is too large: %d. This model's maximum context length is %d tokens and your request has %d input tokens (%d > %d - %d).", req.maxTokens, limit, p, req.maxTokens, limit, p)}
 		}
 		if req.maxTokens < 0 && p == limit {
@@ -171,7 +185,7 @@ func (req *request) room() int {
 // (SamplingParams._validate_logprobs): more logprobs than --max-logprobs.
 func (req *request) checkEngine() error {
 	if req.model.Server == VLLM && req.logprobs > maxLogprobs {
-		return &requestError{status: http.StatusBadRequest, param: "logprobs", inEngine: true,
+		return &requestError{status: http.StatusBadRequest, param: "logprobs", value: strconv.Itoa(req.logprobs), inEngine: true,
 			message: fmt.Sprintf("Requested sample logprobs of %d, which is greater than max allowed: %d", req.logprobs, maxLogprobs)}
 	}
 	return nil

@@ -147,6 +147,7 @@ type Response struct {
 	*http.Response
 	Backend catalog.Backend
 	pool    *Pool
+	orgID   string
 }
 
 // Failed records a failure that happened after the headers (a broken stream, a body that is not
@@ -155,6 +156,19 @@ type Response struct {
 func (r *Response) Failed() {
 	if be := r.pool.backends[r.Backend.Name]; be != nil {
 		be.breaker.failure(r.pool.opt.Now(), r.pool.opt, failureUnhealthy, "")
+	}
+}
+
+// StreamStatus records an error a backend sent inside a stream it had answered with 200 (vLLM and
+// SGLang report errors they meet once generation started as an error event that names a status):
+// the breaker counts it as it counts that status in an answer's headers.
+func (r *Response) StreamStatus(status int) {
+	be := r.pool.backends[r.Backend.Name]
+	if be == nil {
+		return
+	}
+	if kind, failed := statusFailure(status); failed {
+		be.breaker.failure(r.pool.opt.Now(), r.pool.opt, kind, r.orgID)
 	}
 }
 
@@ -224,7 +238,7 @@ func (p *Pool) send(ctx context.Context, be *backend, call Call) (*Response, boo
 	} else {
 		be.breaker.success()
 	}
-	return &Response{Response: resp, Backend: be.cfg, pool: p}, true, nil
+	return &Response{Response: resp, Backend: be.cfg, pool: p, orgID: call.OrgID}, true, nil
 }
 
 // statusFailure classifies a backend's status for its breaker. 502, 503 and 504 come from the
