@@ -200,6 +200,7 @@ func TestBackendMessagesCleaned(t *testing.T) {
 		"vllm-validation-echo.json": 400, "vllm-validation-parameter.json": 400, "vllm-not-implemented.json": 501,
 		"sglang-flat.json": 400, "fastapi-detail.json": 422,
 		"vllm-stream-logprobs.sse": 200, "sglang-stream-context.sse": 200, "vllm-stream-generation-error.sse": 200,
+		"vllm-engine-dead-400.json": 400,
 	})
 	logs := &syncBuffer{}
 	h := newHarness(t,
@@ -288,6 +289,16 @@ func TestBackendMessagesCleaned(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("an engine failure answered with 400", func(t *testing.T) {
+		r := h.do(req{path: "/v1/chat/completions", body: chatBody("replay", "x REPLAY=vllm-engine-dead-400.json"), key: h.key})
+		if r.status != 502 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") || strings.Contains(string(r.body), "EngineCore") {
+			t.Fatalf("%d %q %s, want the plain-text 502 without the backend's text", r.status, r.header.Get("Content-Type"), r.body)
+		}
+		if ev := h.waitEvent(h.orgID, r.genID()); ev.Status != "upstream_error" || ev.HTTPStatus != 502 || ev.Cost != 0 {
+			t.Errorf("event %+v", ev)
+		}
+	})
 
 	t.Run("an engine failure in the stream", func(t *testing.T) {
 		s := h.stream(req{path: "/v1/chat/completions", body: chatBody("replay", "x REPLAY=vllm-stream-generation-error.sse", `"stream":true`), key: h.key})

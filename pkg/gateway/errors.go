@@ -157,6 +157,19 @@ func rejects(status int) bool {
 	return false
 }
 
+// engineFailure reports whether a backend's message, whatever its status, says the server's
+// engine failed rather than that the request was wrong: some vLLM versions answer an engine
+// RuntimeError, or a dead engine (EngineDeadError, "EngineCore encountered an issue"), with 400.
+// Such an answer is the backend's failure: a 502 for the client, counted by the breaker.
+func engineFailure(msg string) bool {
+	for _, marker := range [...]string{"EngineCore encountered an issue", "EngineDeadError", "EngineGenerateError", "CUDA error", "RuntimeError"} {
+		if strings.Contains(msg, marker) {
+			return true
+		}
+	}
+	return false
+}
+
 // parseBackendError reads a model server's error: vLLM's {"error":{"message","type","param",
 // "code":400}}, SGLang's flat {"object":"error","message","type","param","code":400} (inside
 // {"error": ...} in its streams), OpenAI's {"error":{...,"code":"a_string"}} and FastAPI's

@@ -289,6 +289,14 @@ func (x *exchange) answered(ctx context.Context, resp *upstream.Response) bool {
 			be.message = string(raw)
 		}
 		be.status = s
+		if engineFailure(be.message) {
+			resp.StreamStatus(http.StatusInternalServerError)
+			_, logged := x.backendMessage(resp, be.message)
+			x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend engine failed", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.Int("backend_status", s), slog.String("backend_message", logged))
+			x.event.HTTPStatus = http.StatusBadGateway
+			badGateway(x.w, "the model backend failed.")
+			return false
+		}
 		x.refused(ctx, resp, be)
 		x.fail(x.refusal(resp, be))
 	case s == http.StatusTooManyRequests:

@@ -326,7 +326,7 @@ func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s
 		}
 		x.event.Status = usage.StatusCompleted
 		x.finish(s, usageChunk, doneEvent)
-	case r.refusal != nil && rejects(r.refusal.status):
+	case r.refusal != nil && rejects(r.refusal.status) && !engineFailure(r.refusal.message):
 		// The backend validated the request only once its stream had started (vLLM's engine
 		// does; SGLang checks the context there): the client gets the error a non-streamed
 		// request would have, as the stream's last event. The backend is healthy, and only
