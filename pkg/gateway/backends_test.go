@@ -415,3 +415,46 @@ func TestPromptEstimate(t *testing.T) {
 		})
 	}
 }
+
+// TestBackendMessage is the cleaning rule, case by case: what the client reads of a backend's
+// message, and what the log keeps.
+func TestBackendMessage(t *testing.T) {
+	injected := []string{"continuous_usage_stats", "include_usage", "stream_options"}
+	long := strings.Repeat("é", 400) // 800 bytes
+	for _, tc := range []struct {
+		name, raw      string
+		injected       []string
+		client, logged string
+	}{
+		{name: "plain", raw: "max_tokens must be at least 1, got 0.", client: "max_tokens must be at least 1, got 0.", logged: "max_tokens must be at least 1, got 0."},
+		{name: "the backend's model becomes the public id", raw: "The model `Org/M-7B` does not support tools.", client: "The model `pub` does not support tools."},
+		{name: "vLLM's parameter suffix", raw: "Requested sample logprobs of 25, which is greater than max allowed: 20 (parameter=logprobs, value=25)", client: "Requested sample logprobs of 25, which is greater than max allowed: 20"},
+		{name: "pydantic's list, input dropped",
+			raw:    "[{'type': 'missing', 'loc': ('body', 'messages', 0, 'role'), 'msg': 'Field required', 'input': {'content': 'SECRET (with) [brackets] {and} \\'quotes\\''}}, {'type': 'int_type', 'loc': ('body', 'n'), 'msg': 'Input should be a valid integer', 'input': 'two'}]",
+			client: "messages[0].role: Field required; n: Input should be a valid integer",
+			logged: "[{'type': 'missing', 'loc': ('body', 'messages', 0, 'role'), 'msg': 'Field required', 'input': …}, {'type': 'int_type', 'loc': ('body', 'n'), 'msg': 'Input should be a valid integer', 'input': …}]"},
+		{name: "pydantic's text, input_value dropped", raw: "Value error, bad [type=value_error, input_value={'a': 'SECRET, more'}, input_type=dict]",
+			client: "Value error, bad [type=value_error, input_value=…, input_type=dict]", logged: "Value error, bad [type=value_error, input_value=…, input_type=dict]"},
+		{name: "an echo cut short", raw: "Value error [input_value={'messages': [{'content': 'SECRET",
+			client: "Value error [input_value=…", logged: "Value error [input_value=…"},
+		{name: "about what the gateway injected", raw: "continuous_usage_stats is not supported", injected: injected, client: "The model server rejected the request."},
+		{name: "about what the client sent", raw: "continuous_usage_stats is not supported", client: "continuous_usage_stats is not supported"},
+		{name: "raw JSON", raw: `{"unexpected":"shape"}`, client: "The model server rejected the request."},
+		{name: "HTML", raw: "<html>413 Request Entity Too Large</html>", client: "The model server rejected the request."},
+		{name: "empty", raw: "  ", client: "The model server rejected the request."},
+		{name: "bounded at a character boundary", raw: long, client: strings.Repeat("é", 250) + "…"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			client, logged := backendMessage(tc.raw, "Org/M-7B", "pub", tc.injected)
+			if client != tc.client {
+				t.Errorf("client %q\nwant   %q", client, tc.client)
+			}
+			if tc.logged != "" && logged != tc.logged {
+				t.Errorf("logged %q\nwant   %q", logged, tc.logged)
+			}
+			if strings.Contains(logged, "SECRET") {
+				t.Errorf("logged %q keeps the request's content", logged)
+			}
+		})
+	}
+}
