@@ -67,8 +67,10 @@ func TestClientDisconnect(t *testing.T) {
 					time.Sleep(2 * time.Millisecond)
 				}
 
+				// SGLang's completions stream carries no running usage.
+				estimated := tc.estimated || (server == catalog.ServerSGLang && tc.path == "/v1/completions")
 				ev := h.waitEvent("org_leaving", genID)
-				if ev.Status != "client_disconnected" || ev.Estimated != tc.estimated || ev.CompletionTokens < read || ev.Cost <= 0 {
+				if ev.Status != "client_disconnected" || ev.Estimated != estimated || ev.CompletionTokens < read || ev.Cost <= 0 {
 					t.Errorf("event %+v", ev)
 				}
 				// The backend produced a token every 40 ms; the event cannot count much more than
@@ -79,7 +81,7 @@ func TestClientDisconnect(t *testing.T) {
 				if tc.prompt != 0 && ev.PromptTokens != tc.prompt {
 					t.Errorf("prompt tokens %d, want %d", ev.PromptTokens, tc.prompt)
 				}
-				if tc.estimated && ev.PromptTokens <= 0 {
+				if estimated && ev.PromptTokens <= 0 {
 					t.Errorf("estimated prompt tokens %d", ev.PromptTokens)
 				}
 				if want := h.mustCost(tc.model, ev.PromptTokens, ev.CachedTokens, ev.CompletionTokens); ev.Cost != want {

@@ -23,12 +23,13 @@
 // fit). Token i is "tok<i>", with a leading space after the first: "tok0 tok1 tok2 ...".
 //
 // Streaming answers (stream: true) send one event per token and choice and end with
-// "data: [DONE]". vLLM puts the last token and the finish reason in one chunk; SGLang sends the
-// finish reason in a chunk of its own (its chunks, written by pydantic, carry every field, null
-// when unset: "usage": null). stream_options.include_usage adds the final usage chunk: every
-// prompt once, every choice's completion tokens. With continuous_usage_stats both servers put a
-// running usage on each chunk that counts the chunk's own choice only, against its own prompt,
-// and never cached tokens.
+// "data: [DONE]". vLLM puts the last token and the finish reason in one chunk, as SGLang does on
+// completions; SGLang's chat stream sends the finish reason in a chunk of its own (its chunks,
+// written by pydantic, carry every field, null when unset: "usage": null).
+// stream_options.include_usage adds the final usage chunk: every prompt once, every choice's
+// completion tokens. With continuous_usage_stats vLLM (both endpoints) and SGLang (chat only)
+// put a running usage on each chunk that counts the chunk's own choice only, against its own
+// prompt, and never cached tokens.
 //
 // Cached prompt tokens are reported only when the model's CachedTokens is set (vLLM's
 // --enable-prompt-tokens-details, SGLang's --enable-cache-report): by vLLM always, zero included,

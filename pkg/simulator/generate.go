@@ -229,10 +229,11 @@ func (g *generation) usage() *usage {
 
 // running is the usage a chunk of choice i carries with continuous usage stats, after its
 // completion tokens so far: both servers count one choice at a time (the prompt of its own
-// prompt) and never report cached tokens there.
+// prompt) and never report cached tokens there; SGLang only on chat (serving_completions.py at
+// 7190e6fe8cfd puts no usage on its chunks).
 func (g *generation) running(i, completion int) *usage {
-	if !g.req.continuousUsage {
-		return nil
+	if !g.req.continuousUsage || (g.sglang && g.req.endpoint == endpointCompletions) {
+		return nil // SGLang's completions stream ignores continuous_usage_stats
 	}
 	p := g.req.prompts[i/g.req.n]
 	return &usage{PromptTokens: p, CompletionTokens: completion, TotalTokens: p + completion}
@@ -281,10 +282,16 @@ func (g *generation) response() any {
 	}
 }
 
+// separateFinish reports whether the finish reason comes in a chunk of its own, after the last
+// token of every choice: SGLang's chat stream does so (serving_chat.py), its completions stream
+// and vLLM put the last token and the finish reason in one chunk.
+func (g *generation) separateFinish() bool {
+	return g.sglang && g.req.endpoint == endpointChat
+}
+
 // stream writes the answer as server-sent events, flushing each at once, and stops as soon as
-// the client goes away. Each token step sends one chunk per choice. vLLM puts the last token and
-// the finish reason in one chunk; SGLang sends the finish reason in a chunk of its own, after the
-// last token of every choice. A stream that fails (fail not nil) ends with the server's error
+// the client goes away. Each token step sends one chunk per choice; separateFinish says where the
+// finish reason goes. A stream that fails (fail not nil) ends with the server's error
 // event and [DONE]: at once when the failure came before any output (no role chunk, as when
 // vLLM's engine refuses a request), after the answer's tokens otherwise.
 func (g *generation) stream(ctx context.Context, w http.ResponseWriter, fail *requestError) {
@@ -316,7 +323,7 @@ func (g *generation) stream(ctx context.Context, w http.ResponseWriter, fail *re
 			if sent == d.dropAfter {
 				abort()
 			}
-			last := k == a.count-1 && fail == nil && !g.sglang
+			last := k == a.count-1 && fail == nil && !g.separateFinish()
 			if events.send(g.pieceChunk(i, k, last)) != nil {
 				return
 			}
@@ -330,7 +337,7 @@ func (g *generation) stream(ctx context.Context, w http.ResponseWriter, fail *re
 		endWith(fail)
 		return
 	}
-	if a.count == 0 || g.sglang {
+	if a.count == 0 || g.separateFinish() {
 		for i := range g.choices {
 			if events.send(g.finishChunk(i)) != nil {
 				return
@@ -461,14 +468,24 @@ func (g *generation) wrapChat(c *chatCompletion) any {
 			Role: nullable(d.Role), Content: d.Content, ReasoningContent: d.ReasoningContent, ToolCalls: d.ToolCalls,
 		}}
 	}
-	return &sglangChatChunk{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: c.Usage}
+	var u *sglangUsage
+	if c.Usage != nil {
+		u = &sglangUsage{PromptTokens: c.Usage.PromptTokens, TotalTokens: c.Usage.TotalTokens, CompletionTokens: c.Usage.CompletionTokens, PromptTokensDetails: c.Usage.PromptTokensDetails}
+	}
+	return &sglangChatChunk{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: u}
 }
 
+// wrapText gives SGLang's completion chunks "usage": null and "matched_stop": null; its final
+// usage chunk is written without nulls (exclude_none), as vLLM writes it.
 func (g *generation) wrapText(c *textCompletion) any {
-	if !g.sglang {
+	if !g.sglang || len(c.Choices) == 0 {
 		return c
 	}
-	return &sglangTextChunk{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: c.Choices, Usage: c.Usage}
+	choices := make([]sglangTextChoice, len(c.Choices))
+	for i, ch := range c.Choices {
+		choices[i] = sglangTextChoice{Index: ch.Index, Text: ch.Text, FinishReason: ch.FinishReason}
+	}
+	return &sglangTextChunk{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: c.Usage}
 }
 
 func nullable(s string) *string {

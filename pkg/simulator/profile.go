@@ -20,6 +20,7 @@ const (
 	// SGLang is SGLang's OpenAI server, read from sgl-project/sglang:
 	// python/sglang/srt/entrypoints/openai/serving_base.py at c5695a4be1c4,
 	// python/sglang/srt/entrypoints/openai/serving_chat.py at 0c078e6f4268,
+	// python/sglang/srt/entrypoints/openai/serving_completions.py at 7190e6fe8cfd,
 	// python/sglang/srt/entrypoints/openai/usage_processor.py at 9e738dbafab3,
 	// python/sglang/srt/managers/tokenizer_manager.py (_validate_one_request) at c60799d0eb1b.
 	SGLang Software = "sglang"

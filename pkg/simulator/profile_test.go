@@ -16,9 +16,18 @@ func TestProfiles(t *testing.T) {
 			sglang := sw == SGLang
 
 			t.Run("continuous usage counts one choice of one prompt at a time", func(t *testing.T) {
+				// vLLM on completions, with two prompts; SGLang's completions stream carries no
+				// running usage at all, so it is read on chat, where both choices share the prompt.
+				path := "/v1/completions"
 				body := `{"model":"` + gptOSS + `","prompt":["a b", "c d [[sim:cached=1]]"],"n":2,"max_tokens":2,"stream":true,` +
 					`"stream_options":{"include_usage":true,"continuous_usage_stats":true}}`
-				s := readStream(t, post(t, srv, "/v1/completions", body))
+				prompts, total := [2]int{2, 3}, 5
+				if sglang {
+					path = "/v1/chat/completions"
+					body = chatBody(gptOSS, "a b [[sim:cached=1]]", `"n":4,"max_tokens":2,"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}`)
+					prompts, total = [2]int{3, 3}, 3
+				}
+				s := readStream(t, post(t, srv, path, body))
 				if !s.done {
 					t.Fatalf("no [DONE]: %s", s.raw)
 				}
@@ -33,17 +42,17 @@ func TestProfiles(t *testing.T) {
 					index := num(t, at(t, choices, 0, "index"))
 					u, ok := c["usage"].(map[string]any)
 					if !ok {
-						if sglang && at(t, choices, 0, "finish_reason") != nil {
-							continue // SGLang's finish chunks carry "usage": null
+						if sglang && (at(t, choices, 0, "finish_reason") != nil || at(t, choices, 0, "delta", "role") != nil) {
+							continue // SGLang's role and finish chunks carry "usage": null
 						}
 						t.Fatalf("chunk %d has no usage: %s", i, s.raw[i])
 					}
-					if has(u, "prompt_tokens_details") {
+					if d, ok := u["prompt_tokens_details"]; ok && d != nil {
 						t.Errorf("chunk %d reports cached tokens: %s", i, s.raw[i])
 					}
-					wantPrompt := 2
+					wantPrompt := prompts[0]
 					if index >= 2 {
-						wantPrompt = 3 // choices 2 and 3 answer the second prompt
+						wantPrompt = prompts[1] // on completions, choices 2 and 3 answer the second prompt
 					}
 					if num(t, u["prompt_tokens"]) != wantPrompt {
 						t.Errorf("chunk %d (choice %d) prompt_tokens %v, want %d", i, index, u["prompt_tokens"], wantPrompt)
@@ -58,7 +67,15 @@ func TestProfiles(t *testing.T) {
 						t.Errorf("choice %d reported %d completion tokens last, want 2", i, n)
 					}
 				}
-				checkUsage(t, final, wantUsage{prompt: 5, completion: 8, cached: 1})
+				checkUsage(t, final, wantUsage{prompt: total, completion: 8, cached: 1})
+				if sglang {
+					s := readStream(t, post(t, srv, "/v1/completions", completionBody(gptOSS, "a b", `"max_tokens":2,"stream":true,"stream_options":{"include_usage":true,"continuous_usage_stats":true}`)))
+					for i, c := range s.chunks[:len(s.chunks)-1] {
+						if u := c["usage"]; u != nil {
+							t.Errorf("SGLang completions chunk %d carries usage: %s", i, s.raw[i])
+						}
+					}
+				}
 			})
 
 			t.Run("cached tokens only with the flag", func(t *testing.T) {

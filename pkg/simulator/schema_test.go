@@ -242,12 +242,17 @@ func substituteStreamedFinish(t *testing.T, chunk map[string]any) {
 }
 
 // dropSGLangNulls removes the nulls SGLang writes where OpenAI's schema allows none: pydantic's
-// model_dump_json writes every unset field, so its chunks carry "usage": null and deltas with
-// "role": null and "tool_calls": null. Clients and the gateway read them as absent; the rest of
+// model_dump_json writes every unset field, so its chunks carry "usage": null (and usage
+// "prompt_tokens_details": null) and deltas with "role": null and "tool_calls": null. Clients and the gateway read them as absent; the rest of
 // each chunk must still match the schema.
 func dropSGLangNulls(chunk map[string]any) {
 	if u, ok := chunk["usage"]; ok && u == nil {
 		delete(chunk, "usage")
+	}
+	if u, ok := chunk["usage"].(map[string]any); ok {
+		if d, ok := u["prompt_tokens_details"]; ok && d == nil {
+			delete(u, "prompt_tokens_details")
+		}
 	}
 	for _, c := range chunk["choices"].([]any) {
 		d, ok := c.(map[string]any)["delta"].(map[string]any)

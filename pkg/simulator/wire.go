@@ -90,7 +90,16 @@ type sglangChatChunk struct {
 	Created int64              `json:"created"`
 	Model   string             `json:"model"`
 	Choices []sglangChatChoice `json:"choices"`
-	Usage   *usage             `json:"usage"`
+	Usage   *sglangUsage       `json:"usage"`
+}
+
+// sglangUsage is SGLang's UsageInfo with its null details: "prompt_tokens_details": null when
+// no cached tokens are reported.
+type sglangUsage struct {
+	PromptTokens        int                  `json:"prompt_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details"`
 }
 
 type sglangChatChoice struct {
@@ -109,10 +118,18 @@ type sglangDelta struct {
 }
 
 type sglangTextChunk struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []textChoice `json:"choices"`
-	Usage   *usage       `json:"usage"`
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []sglangTextChoice `json:"choices"`
+	Usage   *usage             `json:"usage"`
+}
+
+type sglangTextChoice struct {
+	Index        int       `json:"index"`
+	Text         string    `json:"text"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+	MatchedStop  *string   `json:"matched_stop"`
 }
