@@ -101,9 +101,13 @@ func TestRefusalInsideStream(t *testing.T) {
 				if ev.Cost != wantCost || before-h.balance(h.orgID) != wantCost {
 					t.Errorf("cost %s, balance fell by %s; want %s", ev.Cost, before-h.balance(h.orgID), wantCost)
 				}
-				// The breaker opens on one failure; a refusal is none.
+				// The breaker opens on one failure once two organizations have drawn some: had the
+				// refusal counted, another organization's 500 would now open it.
+				if r := h.do(req{path: "/v1/chat/completions", body: chatBody("qwen3-32b", "x [[sim:status=500]]"), key: keyB}); r.status != 502 {
+					t.Fatalf("another organization's 500: %d %s", r.status, r.body)
+				}
 				if r := h.do(req{path: "/v1/chat/completions", body: chatBody("qwen3-32b", "fine [[sim:tokens=1]]"), key: keyB}); r.status != 200 {
-					t.Errorf("after the refusal, another organization got %d %s", r.status, r.body)
+					t.Errorf("after the refusal and another organization's 500: %d %s, want 200", r.status, r.body)
 				}
 			})
 		}
@@ -132,6 +136,10 @@ func replayBackend(t *testing.T, statuses map[string]int) *httptest.Server {
 			return
 		}
 		name = name[:strings.IndexAny(name, ` "`)]
+		if name == "fail500" {
+			http.Error(w, "Internal Server Error", 500)
+			return
+		}
 		if name == "huge" {
 			w.Header().Set("Content-Type", "application/json")
 			w.WriteHeader(400)
@@ -208,6 +216,7 @@ func TestBackendMessagesCleaned(t *testing.T) {
 		config{gateway: func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(logs, nil)) }},
 		config{upstream: func(o *upstream.Options) { o.FailureThreshold = 1; o.OpenFor = time.Minute }},
 	)
+	keyB, _ := h.newOrg("org_other", initialCredits, 8)
 	for _, tc := range []struct {
 		name, file    string
 		stream        bool
@@ -283,8 +292,12 @@ func TestBackendMessagesCleaned(t *testing.T) {
 			if !found {
 				t.Errorf("no log line of the refusal with generation id %s:\n%s", genID, logged)
 			}
-			// With a breaker that opens on one failure, the backend still serves.
-			if r := h.do(req{path: "/v1/chat/completions", body: chatBody("replay", "REPLAY=vllm-not-implemented.json"), key: h.key}); r.status != 400 {
+			// The breaker opens on one failure once two organizations have drawn some: had the
+			// refusal counted, another organization's 500 would now open it.
+			if r := h.do(req{path: "/v1/chat/completions", body: chatBody("replay", "REPLAY=fail500"), key: keyB}); r.status != 502 {
+				t.Fatalf("another organization's 500: %d %s", r.status, r.body)
+			}
+			if r := h.do(req{path: "/v1/chat/completions", body: chatBody("replay", "REPLAY=vllm-not-implemented.json"), key: keyB}); r.status != 400 {
 				t.Errorf("after the refusal: %d %s, want the backend's 400 again", r.status, r.body)
 			}
 		})
