@@ -472,3 +472,28 @@ func TestBackendMessage(t *testing.T) {
 		})
 	}
 }
+
+// TestValidationEchoCleaned sends the gateway's simulated vLLM a request that one of vLLM's
+// pydantic validators refuses: the backend's message repeats the forwarded body (its model name
+// Qwen/Qwen3-32B, the stream_options the gateway injected, the prompt), and the client reads only
+// the validator's words.
+func TestValidationEchoCleaned(t *testing.T) {
+	t.Parallel()
+	logs := &syncBuffer{}
+	h := newHarness(t, config{gateway: func(o *Options) { o.Logger = slog.New(slog.NewJSONHandler(logs, nil)) }})
+	r := h.do(req{path: "/v1/chat/completions", key: h.key, body: chatBody("qwen3-32b", "V1 my SECRET-PROMPT", `"stream":true`, `"top_logprobs":5`)})
+	if r.status != 400 {
+		t.Fatalf("status %d %s", r.status, r.body)
+	}
+	_, upstream := h.rec.find(t, "V1 my SECRET-PROMPT")
+	if !bytes.Contains(upstream, []byte("Qwen/Qwen3-32B")) || !bytes.Contains(upstream, []byte("continuous_usage_stats")) || !bytes.Contains(upstream, []byte("SECRET-PROMPT")) {
+		t.Fatalf("the simulator's message %s does not repeat the forwarded body", upstream)
+	}
+	e := r.errorBody(t)
+	if e.Message != "Value error, when using `top_logprobs`, `logprobs` must be set to true." || e.Param != nil || e.Code != nil {
+		t.Errorf("error %+v", e)
+	}
+	if strings.Contains(logs.String(), "SECRET-PROMPT") || !strings.Contains(logs.String(), r.genID()) {
+		t.Errorf("log %s: the prompt reached it, or the refusal is not logged with its generation id", logs.String())
+	}
+}

@@ -53,6 +53,10 @@
 // greater than max allowed: 20", "type": "BadRequestError", "param": "logprobs", "code": 400}}
 // and then [DONE] (the event written by Python's json.dumps, with spaces), a 400 otherwise.
 //
+// vLLM's request models also check some things in pydantic validators of the whole request:
+// top_logprobs without logprobs: true on chat is a 400 whose message is pydantic's list of
+// errors, repeating the body as received ('input': {...}), as vLLM answers such checks.
+//
 // SGLang checks the context in its tokenizer manager, once the stream has started: "The input
 // (P tokens) is longer than the model's context length (C tokens)." when P reaches the context,
 // "Requested token count exceeds the model's maximum context length of C tokens. ..." when

@@ -167,6 +167,27 @@ func TestProfiles(t *testing.T) {
 				checkError(t, sw, post(t, srv, "/v1/chat/completions", chatBody(qwen, "x [[sim:stream_error=422]]", "")), 422, "UnprocessableEntityError", "Simulated", "")
 			})
 
+			t.Run("vLLM's validators repeat the request", func(t *testing.T) {
+				body := chatBody(qwen, "my prompt", `"top_logprobs":5,"stream":true,"stream_options":{"include_usage":true}`)
+				resp := post(t, srv, "/v1/chat/completions", body)
+				if sglang {
+					if resp.StatusCode != http.StatusOK {
+						t.Errorf("SGLang refused top_logprobs without logprobs: %d", resp.StatusCode)
+					}
+					return
+				}
+				want := "[{'type': 'value_error', 'loc': ('body',), 'msg': 'Value error, when using `top_logprobs`, `logprobs` must be set to true. (parameter=top_logprobs)', " +
+					"'input': {'model': 'Qwen/Qwen3-32B', 'messages': [{'role': 'user', 'content': 'my prompt'}], 'top_logprobs': 5, 'stream': True, 'stream_options': {'include_usage': True}}, " +
+					"'ctx': {'error': VLLMValidationError('when using `top_logprobs`, `logprobs` must be set to true.')}}]"
+				v := readJSON(t, resp)
+				if got := at(t, v, "error", "message"); resp.StatusCode != 400 || got != want {
+					t.Errorf("status %d, message\n%s\nwant\n%s", resp.StatusCode, got, want)
+				}
+				if got := post(t, srv, "/v1/chat/completions", chatBody(qwen, "x", `"top_logprobs":5,"logprobs":true`)); got.StatusCode != 200 {
+					t.Errorf("top_logprobs with logprobs: %d", got.StatusCode)
+				}
+			})
+
 			t.Run("vLLM's engine checks logprobs", func(t *testing.T) {
 				body := chatBody(qwen, "hi", `"logprobs":true,"top_logprobs":25,"stream":true`)
 				resp := post(t, srv, "/v1/chat/completions", body)

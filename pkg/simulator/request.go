@@ -123,6 +123,9 @@ func (s *Server) parse(r *http.Request, ep endpoint) (*request, Software, error)
 	if err := req.readOptions(common); err != nil {
 		return nil, model.Server, err
 	}
+	if err := req.checkModelValidators(common, body); err != nil {
+		return nil, model.Server, err
+	}
 	if len(req.prompts)*req.n > maxChoices {
 		return nil, model.Server, badRequest("n times the number of prompts must be at most %d, got %d.", maxChoices, len(req.prompts)*req.n)
 	}
