@@ -43,6 +43,7 @@ func TestUpstreamOutcomes(t *testing.T) {
 			{name: "400 streaming is still JSON", path: chat, body: chatBody("qwen3-32b", "x [[sim:status=400]]", `"stream":true`), status: 400, errType: "invalid_request_error", message: "Simulated error: Bad Request."},
 			{name: "413", path: compl, body: `{"model":"qwen3-32b","prompt":"x [[sim:status=413]]"}`, status: 400, errType: "invalid_request_error", message: "Simulated error: Request Entity Too Large."},
 			{name: "422", path: chat, body: chatBody("qwen3-32b", "x [[sim:status=422]]", `"stream":true`), status: 400, errType: "invalid_request_error", message: "Simulated error: Unprocessable Entity."},
+			{name: "501 is the client's 400", path: chat, body: chatBody("gpt-oss-120b", "x [[sim:status=501]]", `"stream":true`), status: 400, errType: "invalid_request_error", message: "Simulated error: Not Implemented."},
 			{name: "backend's own validation", path: chat, body: chatBody("qwen3-32b", "x", `"n":0`), status: 400, errType: "invalid_request_error"},
 			{name: "429", path: chat, body: chatBody("gpt-oss-120b", "x [[sim:status=429]]"), status: 503, errType: "service_unavailable", code: "backend_unavailable"},
 			{name: "429 streaming", path: compl, body: `{"model":"gpt-oss-120b","prompt":"x [[sim:status=429]]","stream":true}`, status: 503, errType: "service_unavailable", code: "backend_unavailable"},
