@@ -30,9 +30,23 @@ type Backend struct {
 	Name            string // unique in the catalog; appears in usage events and logs
 	URL             string // base URL ending in /v1, e.g. http://10.0.0.5:8000/v1
 	Model           string // the model name the backend expects; the public ID when empty in the file
-	ContinuousUsage bool   // the backend reports usage on every streamed chunk (vLLM continuous_usage_stats)
+	Server          Server // the model server's software: whose protocol it speaks
+	ContinuousUsage bool   // the backend reports usage on every streamed chunk (continuous_usage_stats)
+	CachedTokens    bool   // the server reports cached prompt tokens (vLLM --enable-prompt-tokens-details, SGLang --enable-cache-report)
 	APIKeyEnv       string // optional: name of the environment variable holding the backend's bearer token
 }
+
+// Server is the software a backend runs. vLLM and SGLang speak the same OpenAI protocol with
+// differences the gateway and the simulator follow: error bodies, usage details, stream endings.
+type Server string
+
+const (
+	ServerVLLM   Server = "vllm"
+	ServerSGLang Server = "sglang"
+)
+
+// Servers are the values a backend's server may take; the first is the default.
+var Servers = []Server{ServerVLLM, ServerSGLang}
 
 // Model returns the model with this public id.
 func (c *Catalog) Model(id string) (*Model, bool) {

@@ -60,7 +60,9 @@ type fileBackend struct {
 	Name            string `yaml:"name"`
 	URL             string `yaml:"url"`
 	Model           string `yaml:"model"`
+	Server          string `yaml:"server"`
 	ContinuousUsage bool   `yaml:"continuous_usage"`
+	CachedTokens    bool   `yaml:"cached_tokens"`
 	APIKeyEnv       string `yaml:"api_key_env"`
 }
 
@@ -216,8 +218,16 @@ func (f *fileCatalog) build() (*Catalog, error) {
 			b := Backend{
 				Name:            fb.Name,
 				Model:           fb.Model,
+				Server:          ServerVLLM,
 				ContinuousUsage: fb.ContinuousUsage,
+				CachedTokens:    fb.CachedTokens,
 				APIKeyEnv:       fb.APIKeyEnv,
+			}
+			if fb.Server != "" {
+				if !slices.Contains(Servers, Server(fb.Server)) {
+					fail(bat+".server", "%q is not one of vllm, sglang", fb.Server)
+				}
+				b.Server = Server(fb.Server)
 			}
 			switch {
 			case fb.Name == "":

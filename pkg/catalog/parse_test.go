@@ -61,7 +61,7 @@ func TestParseValid(t *testing.T) {
 	if m.OwnedBy != "acme" || m.Created != 1 || m.ContextLength != 4096 || !m.ParallelToolCalls || !m.ForcedToolChoice || !m.IgnoreEOS {
 		t.Errorf("m1 = %+v", m)
 	}
-	if b := m.Backends[0]; b.Name != "b1" || b.Model != "org/m1" || !b.ContinuousUsage || b.APIKeyEnv != "M1_KEY" {
+	if b := m.Backends[0]; b.Name != "b1" || b.Model != "org/m1" || !b.ContinuousUsage || b.APIKeyEnv != "M1_KEY" || b.Server != catalog.ServerVLLM || b.CachedTokens {
 		t.Errorf("m1 backend = %+v", b)
 	}
 	m2, _ := c.Model("m2")
@@ -88,6 +88,12 @@ func TestParseNormalises(t *testing.T) {
 			func(b *catalog.Backend) bool { return b.Model == "m1" }},
 		{"api_key_env optional", "        api_key_env: M1_KEY\n", "",
 			func(b *catalog.Backend) bool { return b.APIKeyEnv == "" }},
+		{"server sglang", "        continuous_usage: true\n", "        continuous_usage: true\n        server: sglang\n",
+			func(b *catalog.Backend) bool { return b.Server == catalog.ServerSGLang }},
+		{"server vllm spelt out", "        continuous_usage: true\n", "        continuous_usage: true\n        server: vllm\n",
+			func(b *catalog.Backend) bool { return b.Server == catalog.ServerVLLM }},
+		{"cached tokens reported", "        continuous_usage: true\n", "        continuous_usage: true\n        cached_tokens: true\n",
+			func(b *catalog.Backend) bool { return b.CachedTokens }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := catalog.Parse([]byte(edit(t, valid, tc.old, tc.new)))
@@ -160,6 +166,8 @@ func TestParseRejects(t *testing.T) {
 		{"url path escaped", edit(t, valid, "url: http://127.0.0.1:8090/v1", "url: http://h/%76%31"), "models[0].backends[0].url: \"http://h/%76%31\": the path must end in /v1"},
 		{"url not a URL", edit(t, valid, "url: http://127.0.0.1:8090/v1", `url: "http://h:port/v1"`), "models[0].backends[0].url: \"http://h:port/v1\" is not a URL"},
 		{"backend model padded", edit(t, valid, "model: org/m1", `model: " org/m1"`), `models[0].backends[0].model: " org/m1" has leading or trailing spaces`},
+		{"server unknown", edit(t, valid, "        continuous_usage: true\n", "        continuous_usage: true\n        server: tgi\n"), `models[0].backends[0].server: "tgi" is not one of vllm, sglang`},
+		{"server capitalised", edit(t, valid, "        continuous_usage: true\n", "        continuous_usage: true\n        server: vLLM\n"), `models[0].backends[0].server: "vLLM" is not one of vllm, sglang`},
 		{"api_key_env with a dash", edit(t, valid, "api_key_env: M1_KEY", "api_key_env: M1-KEY"), `models[0].backends[0].api_key_env: "M1-KEY" is not an environment variable name`},
 		{"api_key_env starting with a digit", edit(t, valid, "api_key_env: M1_KEY", "api_key_env: 1KEY"), `models[0].backends[0].api_key_env: "1KEY" is not an environment variable name`},
 		{"api_key_env a token", edit(t, valid, "api_key_env: M1_KEY", "api_key_env: sk-abc"), `models[0].backends[0].api_key_env: "sk-abc" is not an environment variable name`},

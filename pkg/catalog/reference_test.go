@@ -24,15 +24,17 @@ func TestReferenceCatalog(t *testing.T) {
 		input, cachedInput, output  string
 		backend, url, backendModel  string
 		continuousUsage             bool
+		server                      catalog.Server
+		cachedTokens                bool
 	}
 	for _, tc := range []struct {
 		id   string
 		want want
 	}{
 		{"qwen3-32b", want{40960, false, false, true, "0.06", "0.03", "0.24",
-			"qwen3-32b-sim-1", "http://127.0.0.1:8090/v1", "Qwen/Qwen3-32B", true}},
+			"qwen3-32b-sim-1", "http://127.0.0.1:8090/v1", "Qwen/Qwen3-32B", true, catalog.ServerVLLM, true}},
 		{"gpt-oss-120b", want{131072, true, true, false, "0.035", "0.0175", "0.07",
-			"gpt-oss-120b-sim-1", "http://127.0.0.1:8090/v1", "openai/gpt-oss-120b", false}},
+			"gpt-oss-120b-sim-1", "http://127.0.0.1:8090/v1", "openai/gpt-oss-120b", false, catalog.ServerSGLang, true}},
 	} {
 		t.Run(tc.id, func(t *testing.T) {
 			m, ok := c.Model(tc.id)
@@ -57,8 +59,8 @@ func TestReferenceCatalog(t *testing.T) {
 				t.Fatalf("backends = %+v, want one", m.Backends)
 			}
 			b := m.Backends[0]
-			if b.Name != w.backend || b.URL != w.url || b.Model != w.backendModel || b.ContinuousUsage != w.continuousUsage || b.APIKeyEnv != "" {
-				t.Errorf("backend = %+v, want %s %s %s continuous_usage=%v", b, w.backend, w.url, w.backendModel, w.continuousUsage)
+			if b.Name != w.backend || b.URL != w.url || b.Model != w.backendModel || b.ContinuousUsage != w.continuousUsage || b.APIKeyEnv != "" || b.Server != w.server || b.CachedTokens != w.cachedTokens {
+				t.Errorf("backend = %+v, want %s %s %s continuous_usage=%v server=%s cached_tokens=%v", b, w.backend, w.url, w.backendModel, w.continuousUsage, w.server, w.cachedTokens)
 			}
 		})
 	}

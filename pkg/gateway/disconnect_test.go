@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"github.com/neocloud/kiln/pkg/catalog"
 	"testing"
 	"time"
 )
@@ -17,91 +18,96 @@ func TestClientDisconnect(t *testing.T) {
 		body      string
 		model     string
 		estimated bool
-		prompt    int64 // exact prompt tokens when the backend reports them; 0 to skip
+		prompt    int64 // the prompt tokens billed: reported, or estimated
 	}{
 		{name: "continuous usage", path: "/v1/chat/completions", model: "qwen3-32b",
 			body: chatBody("qwen3-32b", "leave now [[sim:delay_ms=40]]", `"max_tokens":200`, `"stream":true`), prompt: 3},
 		{name: "continuous usage, completions", path: "/v1/completions", model: "qwen3-32b",
 			body: `{"model":"qwen3-32b","prompt":"leave [[sim:delay_ms=40]]","max_tokens":200,"stream":true,"stream_options":{"include_usage":true}}`, prompt: 2},
 		{name: "no continuous usage", path: "/v1/chat/completions", model: "gpt-oss-120b",
-			body: chatBody("gpt-oss-120b", "leave now [[sim:delay_ms=40]]", `"max_tokens":200`, `"stream":true`), estimated: true},
+			body: chatBody("gpt-oss-120b", "leave now [[sim:delay_ms=40]]", `"max_tokens":200`, `"stream":true`), estimated: true,
+			prompt: 3}, // the estimate: one token per word, the simulator's count
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			h := newHarness(t)
-			const limit = 2
-			key, _ := h.newOrg("org_leaving", "1", limit)
-			before := h.balance("org_leaving")
+	forEachServer(t, func(t *testing.T, server catalog.Server) {
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				t.Parallel()
+				h := newHarness(t, config{server: server})
+				const limit = 2
+				key, _ := h.newOrg("org_leaving", "1", limit)
+				before := h.balance("org_leaving")
 
-			s := h.stream(req{path: tc.path, body: tc.body, key: key})
-			if s.resp.StatusCode != 200 {
-				t.Fatalf("status %d", s.resp.StatusCode)
-			}
-			genID := s.resp.Header.Get(GenerationHeader)
-			const read = 3
-			content := 0
-			for content < read {
-				ev, err := s.next()
-				if err != nil {
-					t.Fatalf("after %d chunks: %v", content, err)
-				}
-				if ev.comment == "" && parseChunk(t, ev.data).hasContent() {
-					content++
-				}
-			}
-			if h.sim.Active() != 1 {
-				t.Fatalf("simulator serves %d requests mid-stream, want 1", h.sim.Active())
-			}
-			left := time.Now()
-			s.close()
-
-			// The backend request ends promptly: well before the 8 s the answer would take.
-			for h.sim.Active() != 0 {
-				if time.Since(left) > time.Second {
-					t.Fatalf("backend still serving %v after the client left", time.Since(left))
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
-
-			ev := h.waitEvent("org_leaving", genID)
-			if ev.Status != "client_disconnected" || ev.Estimated != tc.estimated || ev.CompletionTokens < read || ev.Cost <= 0 {
-				t.Errorf("event %+v", ev)
-			}
-			// The backend produced a token every 40 ms; the event cannot count much more than
-			// what was sent before the cancellation arrived.
-			if ev.CompletionTokens > read+10 {
-				t.Errorf("%d completion tokens billed for %d delivered", ev.CompletionTokens, read)
-			}
-			if tc.prompt != 0 && ev.PromptTokens != tc.prompt {
-				t.Errorf("prompt tokens %d, want %d", ev.PromptTokens, tc.prompt)
-			}
-			if tc.estimated && ev.PromptTokens <= 0 {
-				t.Errorf("estimated prompt tokens %d", ev.PromptTokens)
-			}
-			if want := h.mustCost(tc.model, ev.PromptTokens, ev.CachedTokens, ev.CompletionTokens); ev.Cost != want {
-				t.Errorf("cost %s, want %s", ev.Cost, want)
-			}
-			if got := h.balance("org_leaving"); before-got != ev.Cost {
-				t.Errorf("balance fell by %s, want %s", before-got, ev.Cost)
-			}
-
-			// The slot is free: the organization can again run its whole limit at once.
-			h.waitIdle("org_leaving")
-			var open []*sse
-			for i := range limit {
-				s := h.stream(req{path: "/v1/chat/completions", key: key,
-					body: chatBody("qwen3-32b", "again [[sim:delay_ms=30]]", `"max_tokens":20`, `"stream":true`)})
+				s := h.stream(req{path: tc.path, body: tc.body, key: key})
 				if s.resp.StatusCode != 200 {
-					t.Errorf("stream %d after the disconnect: %d", i, s.resp.StatusCode)
+					t.Fatalf("status %d", s.resp.StatusCode)
 				}
-				open = append(open, s)
-			}
-			for _, s := range open {
+				genID := s.resp.Header.Get(GenerationHeader)
+				const read = 3
+				content := 0
+				for content < read {
+					ev, err := s.next()
+					if err != nil {
+						t.Fatalf("after %d chunks: %v", content, err)
+					}
+					if ev.comment == "" && parseChunk(t, ev.data).hasContent() {
+						content++
+					}
+				}
+				if h.sim.Active() != 1 {
+					t.Fatalf("simulator serves %d requests mid-stream, want 1", h.sim.Active())
+				}
+				left := time.Now()
 				s.close()
-			}
-		})
-	}
+
+				// The backend request ends promptly: well before the 8 s the answer would take.
+				for h.sim.Active() != 0 {
+					if time.Since(left) > time.Second {
+						t.Fatalf("backend still serving %v after the client left", time.Since(left))
+					}
+					time.Sleep(2 * time.Millisecond)
+				}
+
+				// SGLang's completions stream carries no running usage.
+				estimated := tc.estimated || (server == catalog.ServerSGLang && tc.path == "/v1/completions")
+				ev := h.waitEvent("org_leaving", genID)
+				if ev.Status != "client_disconnected" || ev.Estimated != estimated || ev.CompletionTokens < read || ev.Cost <= 0 {
+					t.Errorf("event %+v", ev)
+				}
+				// The backend produced a token every 40 ms; the event cannot count much more than
+				// what was sent before the cancellation arrived.
+				if ev.CompletionTokens > read+10 {
+					t.Errorf("%d completion tokens billed for %d delivered", ev.CompletionTokens, read)
+				}
+				if tc.prompt != 0 && ev.PromptTokens != tc.prompt {
+					t.Errorf("prompt tokens %d, want %d", ev.PromptTokens, tc.prompt)
+				}
+				if estimated && ev.PromptTokens <= 0 {
+					t.Errorf("estimated prompt tokens %d", ev.PromptTokens)
+				}
+				if want := h.mustCost(tc.model, ev.PromptTokens, ev.CachedTokens, ev.CompletionTokens); ev.Cost != want {
+					t.Errorf("cost %s, want %s", ev.Cost, want)
+				}
+				if got := h.balance("org_leaving"); before-got != ev.Cost {
+					t.Errorf("balance fell by %s, want %s", before-got, ev.Cost)
+				}
+
+				// The slot is free: the organization can again run its whole limit at once.
+				h.waitIdle("org_leaving")
+				var open []*sse
+				for i := range limit {
+					s := h.stream(req{path: "/v1/chat/completions", key: key,
+						body: chatBody("qwen3-32b", "again [[sim:delay_ms=30]]", `"max_tokens":20`, `"stream":true`)})
+					if s.resp.StatusCode != 200 {
+						t.Errorf("stream %d after the disconnect: %d", i, s.resp.StatusCode)
+					}
+					open = append(open, s)
+				}
+				for _, s := range open {
+					s.close()
+				}
+			})
+		}
+	})
 }
 
 // TestDisconnectBeforeHeaders checks a client that leaves while the gateway still waits for the

@@ -1,8 +1,13 @@
 package gateway
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -166,4 +171,273 @@ func clip(s string, max int) string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// backendError is what a model server said when it refused a request: in an error body, or in
+// an error event inside a stream it had answered with 200.
+type backendError struct {
+	status  int    // the HTTP status the server named in "code" (or answered with); 0 when unknown
+	message string // as the server wrote it, "" when it wrote none
+	param   string
+}
+
+// rejects reports whether a status says the request was at fault, so that the client gets the
+// server's message as a 400: the contract's 400, 413 and 422, and 501, vLLM's answer to a
+// feature the request asks for and the server does not implement.
+func rejects(status int) bool {
+	switch status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity, http.StatusNotImplemented:
+		return true
+	}
+	return false
+}
+
+// engineFailure reports whether a backend's message, whatever its status, says the server's
+// engine failed rather than that the request was wrong: some vLLM versions answer an engine
+// RuntimeError, or a dead engine (EngineDeadError, "EngineCore encountered an issue"), with 400.
+// Such an answer is the backend's failure: a 502 for the client, counted by the breaker.
+func engineFailure(msg string) bool {
+	for _, marker := range [...]string{"EngineCore encountered an issue", "EngineDeadError", "EngineGenerateError", "CUDA error", "RuntimeError"} {
+		if strings.Contains(msg, marker) {
+			return true
+		}
+	}
+	return false
+}
+
+// parseBackendError reads a model server's error: vLLM's {"error":{"message","type","param",
+// "code":400}}, SGLang's flat {"object":"error","message","type","param","code":400} (inside
+// {"error": ...} in its streams), OpenAI's {"error":{...,"code":"a_string"}} and FastAPI's
+// {"detail": ...}. A body cut short (over the read limit) still yields its message, as far as
+// it goes. ok is false when raw holds none of these.
+func parseBackendError(raw []byte) (be backendError, ok bool) {
+	fields, err := openai.ParseObject(nil, raw)
+	if err != nil {
+		if m, ok := messagePrefix(raw); ok {
+			return backendError{message: m}, true
+		}
+		return backendError{}, false
+	}
+	obj := raw
+	if f, ok := openai.Lookup(raw, fields, "error"); ok && openai.Kind(f.Value(raw)) == '{' {
+		obj = f.Value(raw)
+		if fields, err = openai.ParseObject(nil, obj); err != nil {
+			return backendError{}, false
+		}
+	}
+	str := func(key string) string {
+		if f, ok := openai.Lookup(obj, fields, key); ok {
+			s, _ := openai.Unquote(f.Value(obj))
+			return s
+		}
+		return ""
+	}
+	be = backendError{message: str("message"), param: str("param")}
+	if f, ok := openai.Lookup(obj, fields, "code"); ok {
+		if n, err := strconv.Atoi(string(f.Value(obj))); err == nil && n >= 100 && n <= 599 {
+			be.status = n
+		}
+	}
+	if f, ok := openai.Lookup(obj, fields, "detail"); ok && be.message == "" {
+		be.message = detailMessage(f.Value(obj))
+	}
+	return be, be.message != "" || be.status != 0
+}
+
+// detailMessage renders FastAPI's detail: a string as it is, pydantic's list of errors as
+// "loc: msg" pairs (without the "body" the location starts with, and without the input each
+// error repeats).
+func detailMessage(v []byte) string {
+	if s, ok := openai.Unquote(v); ok {
+		return s
+	}
+	var errs []struct {
+		Loc []any  `json:"loc"`
+		Msg string `json:"msg"`
+	}
+	if json.Unmarshal(v, &errs) != nil {
+		return ""
+	}
+	parts := make([]string, 0, len(errs))
+	for _, e := range errs {
+		parts = append(parts, location(e.Loc)+e.Msg)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// location renders a pydantic error location, ("body", "messages", 0, "role"), as
+// "messages[0].role: ".
+func location(loc []any) string {
+	var b strings.Builder
+	for i, l := range loc {
+		switch v := l.(type) {
+		case string:
+			if i == 0 && v == "body" {
+				continue
+			}
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(v)
+		case float64:
+			fmt.Fprintf(&b, "[%d]", int(v))
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return b.String() + ": "
+}
+
+// messagePrefix finds the "message" string of a JSON error cut short and decodes as much of it
+// as there is.
+func messagePrefix(raw []byte) (string, bool) {
+	i := bytes.Index(raw, []byte(`"message"`))
+	if i < 0 {
+		return "", false
+	}
+	rest := bytes.TrimLeft(raw[i+len(`"message"`):], " \t\r\n")
+	if len(rest) == 0 || rest[0] != ':' {
+		return "", false
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	if len(rest) == 0 || rest[0] != '"' {
+		return "", false
+	}
+	// The string up to its closing quote, or as much of it as arrived, cut before an escape that
+	// did not arrive whole.
+	end := 1
+	for end < len(rest) && rest[end] != '"' {
+		if rest[end] == '\\' {
+			end++
+		}
+		end++
+	}
+	if end >= len(rest) {
+		s := rest[:min(end, len(rest))]
+		if k := bytes.LastIndexByte(s, '\\'); k > len(s)-6 && k > 0 {
+			s = s[:k]
+		}
+		rest = append(append([]byte(nil), s...), '"')
+	} else {
+		rest = rest[:end+1]
+	}
+	var m string
+	if json.Unmarshal(rest, &m) != nil {
+		return "", false
+	}
+	return m, m != ""
+}
+
+// maxBackendMessage bounds the part of a backend's message a client sees.
+const maxBackendMessage = 500
+
+// backendMessage turns a model server's message into what a client may see, and what the log
+// keeps. The log text is the server's message without the request's content, which pydantic
+// repeats in its validation errors (its 'input' and input_value, the whole forwarded body for
+// some checks) and which must never reach a log. The client's text also loses vLLM's
+// "(parameter=…, value=…)" suffix (the param travels on its own), names the public model
+// instead of the backend's, and is at most 500 bytes; a message about what the gateway added
+// to the request (stream_options it injected) or that is raw JSON is replaced by a plain one.
+func backendMessage(raw, backendModel, publicModel string, injected []string) (client, logged string) {
+	logged = dropInputEchoes(raw)
+	msg := strings.TrimSpace(pydanticErrors(logged))
+	if i := strings.LastIndex(msg, " (parameter="); i > 0 && strings.HasSuffix(msg, ")") {
+		msg = strings.TrimSpace(msg[:i])
+	}
+	if backendModel != "" && backendModel != publicModel {
+		msg = strings.ReplaceAll(msg, backendModel, publicModel)
+	}
+	for _, k := range injected {
+		if strings.Contains(msg, k) {
+			msg = ""
+		}
+	}
+	if msg == "" || msg[0] == '{' || msg[0] == '[' || msg[0] == '<' {
+		return "The model server rejected the request.", logged
+	}
+	return abbreviateText(msg, maxBackendMessage), logged
+}
+
+// pydanticErrors renders a message that is pydantic's list of errors, as FastAPI's str() of a
+// validation error writes it ("[{'type': 'missing', 'loc': ('body', 'messages'), 'msg': 'Field
+// required', ...}]"), as "messages: Field required"; any other message is returned as it is.
+func pydanticErrors(msg string) string {
+	matches := pydanticError.FindAllStringSubmatch(msg, -1)
+	if len(matches) == 0 {
+		return msg
+	}
+	parts := make([]string, 0, len(matches))
+	for _, m := range matches {
+		var loc []any
+		for _, l := range strings.Split(m[1], ",") {
+			l = strings.Trim(strings.TrimSpace(l), "'\"")
+			if n, err := strconv.Atoi(l); err == nil {
+				loc = append(loc, float64(n))
+			} else if l != "" {
+				loc = append(loc, l)
+			}
+		}
+		parts = append(parts, location(loc)+m[2])
+	}
+	return strings.Join(parts, "; ")
+}
+
+var pydanticError = regexp.MustCompile(`'loc': \(([^)]*)\), 'msg': ['"]((?:[^'"\\]|\\.)*)['"]`)
+
+// dropInputEchoes replaces each value pydantic repeats from the request (after 'input': in its
+// error list, after input_value= in its error text) with "…".
+func dropInputEchoes(msg string) string {
+	for _, marker := range [...]string{"'input': ", "input_value="} {
+		var b strings.Builder
+		rest := msg
+		for {
+			i := strings.Index(rest, marker)
+			if i < 0 {
+				b.WriteString(rest)
+				break
+			}
+			b.WriteString(rest[:i+len(marker)])
+			b.WriteString("…")
+			rest = rest[i+len(marker)+pythonValueLen(rest[i+len(marker):]):]
+		}
+		msg = b.String()
+	}
+	return msg
+}
+
+// pythonValueLen is the length of the Python literal (as repr writes dicts, lists, tuples,
+// strings, numbers, True/None) at the start of s; a literal that does not end runs to the end.
+func pythonValueLen(s string) int {
+	depth := 0
+	var quote byte
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case quote != 0:
+			if c == '\\' {
+				i++
+			} else if c == quote {
+				quote = 0
+				if depth == 0 {
+					return i + 1
+				}
+			}
+		case c == '\'' || c == '"':
+			quote = c
+		case c == '{' || c == '[' || c == '(':
+			depth++
+		case c == '}' || c == ']' || c == ')':
+			if depth == 0 {
+				return i
+			}
+			depth--
+			if depth == 0 {
+				return i + 1
+			}
+		case (c == ',' || c == ' ') && depth == 0:
+			return i
+		}
+	}
+	return len(s)
 }

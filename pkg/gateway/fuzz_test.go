@@ -21,7 +21,7 @@ func FuzzCheck(f *testing.F) {
 	cat, err := catalog.Parse(fmt.Appendf(nil, catalogYAML, "http://127.0.0.1:9/v1",
 		extraModel("plain-model",
 			backendYAML("plain-1", "http://127.0.0.1:9/v1", "plain-model"),
-			backendYAML("plain-2", "http://127.0.0.2:9/v1", "renamed/plain"))))
+			backendYAML("plain-2", "http://127.0.0.2:9/v1", "renamed/plain")), catalog.ServerVLLM))
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -31,8 +31,12 @@ import (
 // httptest.Server (wrapped by a recorder that keeps what the gateway forwarded), the real SQLite
 // store in a temporary directory, and the gateway behind its own httptest.Server.
 
-// catalogYAML is infra/catalog.yaml with the backends pointed at the test's simulator. %[1]s is
-// the simulator's base URL (ending in /v1), %[2]s extra models appended to the list.
+// catalogYAML is infra/catalog.yaml with the backends pointed at the test's simulator, except
+// that qwen3-32b's backend does not report cached tokens, so that a stream cut on a backend with
+// continuous usage can be billed exactly (one that reports them is not: see
+// TestCutStreamBilling). %[1]s is
+// the simulator's base URL (ending in /v1), %[2]s extra models appended to the list, %[3]s the
+// server both reference backends run (the simulator speaks it).
 const catalogYAML = `version: 1
 models:
   - id: qwen3-32b
@@ -51,6 +55,7 @@ models:
       - name: qwen3-32b-sim-1
         url: %[1]s
         model: Qwen/Qwen3-32B
+        server: %[3]s
         continuous_usage: true
 
   - id: gpt-oss-120b
@@ -69,7 +74,9 @@ models:
       - name: gpt-oss-120b-sim-1
         url: %[1]s
         model: openai/gpt-oss-120b
+        server: %[3]s
         continuous_usage: false
+        cached_tokens: true
 %[2]s`
 
 // extraModel renders one more catalog model (text only, gpt-oss prices) with the given backends.
@@ -207,8 +214,24 @@ func (w *teeWriter) Write(b []byte) (int, error) {
 
 func (w *teeWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// servers are the model servers the behaviour suites run against.
+var servers = []catalog.Server{catalog.ServerVLLM, catalog.ServerSGLang}
+
+// forEachServer runs test once per model server, in parallel: a table over servers, so that
+// every behaviour the test checks holds against vLLM and against SGLang.
+func forEachServer(t *testing.T, test func(t *testing.T, server catalog.Server)) {
+	t.Helper()
+	for _, sv := range servers {
+		t.Run(string(sv), func(t *testing.T) {
+			t.Parallel()
+			test(t, sv)
+		})
+	}
+}
+
 // config changes a harness before it starts.
 type config struct {
+	server      catalog.Server // the reference backends' server; vLLM when empty
 	extraModels string
 	gateway     func(*Options)
 	upstream    func(*upstream.Options)
@@ -218,6 +241,7 @@ type config struct {
 // harness is one gateway with its simulator, store and organizations.
 type harness struct {
 	t       testing.TB
+	server  catalog.Server // what the simulator speaks
 	sim     *simulator.Server
 	rec     *recorder
 	simURL  string // the backends' base URL, ending in /v1
@@ -252,11 +276,18 @@ func newHarness(t testing.TB, cfgs ...config) *harness {
 		if c.wrapStore != nil {
 			cfg.wrapStore = c.wrapStore
 		}
+		if c.server != "" {
+			cfg.server = c.server
+		}
 	}
-	h := &harness{t: t}
-	h.sim = simulator.New(simulator.Config{Models: []simulator.Model{
-		{Name: "Qwen/Qwen3-32B", ContextLength: 40960, RejectRequiredToolChoice: true},
-		{Name: "openai/gpt-oss-120b", ContextLength: 131072},
+	if cfg.server == "" {
+		cfg.server = catalog.ServerVLLM
+	}
+	h := &harness{t: t, server: cfg.server}
+	sw := simulator.Software(cfg.server)
+	h.sim = simulator.New(simulator.Config{Server: sw, Models: []simulator.Model{
+		{Name: "Qwen/Qwen3-32B", ContextLength: 40960, RejectRequiredToolChoice: true, Server: sw},
+		{Name: "openai/gpt-oss-120b", ContextLength: 131072, Server: sw, CachedTokens: true},
 	}})
 	h.rec = &recorder{next: h.sim}
 	simSrv := httptest.NewServer(h.rec)
@@ -264,7 +295,7 @@ func newHarness(t testing.TB, cfgs ...config) *harness {
 	h.simURL = simSrv.URL + "/v1"
 
 	extra := strings.ReplaceAll(cfg.extraModels, "SIM_URL", h.simURL)
-	cat, err := catalog.Parse([]byte(fmt.Sprintf(catalogYAML, h.simURL, extra)))
+	cat, err := catalog.Parse([]byte(fmt.Sprintf(catalogYAML, h.simURL, extra, cfg.server)))
 	if err != nil {
 		t.Fatalf("catalog: %v", err)
 	}

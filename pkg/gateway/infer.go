@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
 
@@ -112,7 +114,10 @@ func (x *exchange) forward(ctx context.Context) {
 // call sends the request to a backend and returns its response, or nil when there is none (the
 // client then has its answer).
 func (x *exchange) call(ctx context.Context) *upstream.Response {
-	resp, err := x.g.opt.Upstream.Do(ctx, x.req.model, x.ep.path, x.req.forward)
+	resp, err := x.g.opt.Upstream.Do(ctx, upstream.Call{Model: x.req.model, Path: x.ep.path, Body: x.req.forward, OrgID: x.event.OrgID})
+	if x.req.stream {
+		x.meter.n, x.meter.prompts = x.req.choices()
+	}
 	// The parsed request was for building the forwarded body; a stream need not hold it.
 	x.req.fields, x.req.options = nil, nil
 	if err != nil {
@@ -159,11 +164,26 @@ func (x *exchange) unanswered(ctx context.Context, err error) {
 func (x *exchange) answered(ctx context.Context, resp *upstream.Response) bool {
 	x.event.Backend = resp.Backend.Name
 	x.meter.exactPerChunk = resp.Backend.ContinuousUsage
+	x.meter.cachedTokens = resp.Backend.CachedTokens
 	switch s := resp.StatusCode; {
 	case s >= 200 && s < 300:
 		return true
-	case s == http.StatusBadRequest || s == http.StatusRequestEntityTooLarge || s == http.StatusUnprocessableEntity:
-		x.fail(upstreamInvalid(upstreamMessage(resp.Body)))
+	case rejects(s):
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
+		be, ok := parseBackendError(raw)
+		if !ok {
+			be.message = string(raw)
+		}
+		be.status = s
+		if engineFailure(be.message) {
+			resp.StreamStatus(http.StatusInternalServerError)
+			_, logged := x.backendMessage(resp, be.message)
+			x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend engine failed", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.Int("backend_status", s), slog.String("backend_message", logged))
+			x.badGateway("the model backend failed.")
+			return false
+		}
+		x.refused(ctx, resp, be)
+		x.fail(x.refusal(resp, be))
 	case s == http.StatusTooManyRequests:
 		x.fail(errUnavailable(x.req.model.ID))
 	default:
@@ -173,41 +193,85 @@ func (x *exchange) answered(ctx context.Context, resp *upstream.Response) bool {
 	return false
 }
 
+// maxErrorBody bounds what is read of a backend's error body. vLLM repeats the request in some
+// messages, so a body can be as large as the request; its message is read as far as it goes.
+const maxErrorBody = 64 << 10
+
+// refused records that the backend refused the request as the request's own fault, and logs the
+// backend's message in full, without the request's content. The request is "rejected", as one the
+// gateway refuses itself: the backend did what it should, and nothing was generated (what was, on
+// a stream, is billed as usual).
+func (x *exchange) refused(ctx context.Context, resp *upstream.Response, be backendError) {
+	x.event.Status = usage.StatusRejected
+	_, logged := x.backendMessage(resp, be.message)
+	x.g.log.LogAttrs(ctx, slog.LevelInfo, "backend refused the request",
+		slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend),
+		slog.Int("backend_status", be.status), slog.String("param", be.param), slog.String("backend_message", logged))
+}
+
+// refusal is the client's error for a request the backend refused (a 501, "not implemented",
+// included): a 400 with the backend's message, cleaned, its param and no code.
+func (x *exchange) refusal(resp *upstream.Response, be backendError) *apiError {
+	msg, _ := x.backendMessage(resp, be.message)
+	e := upstreamInvalid(msg)
+	e.body.Param = abbreviateText(be.param, 64)
+	return e
+}
+
+// backendMessage cleans a backend's message for the client (and for the log) of this exchange:
+// the backend's model name, and the stream options the gateway injected and the client did not
+// send, must not reach the client.
+func (x *exchange) backendMessage(resp *upstream.Response, raw string) (client, logged string) {
+	var injected []string
+	if x.req.stream {
+		for _, k := range [...]string{"continuous_usage_stats", "include_usage", "stream_options"} {
+			if !bytes.Contains(x.req.body, []byte(k)) {
+				injected = append(injected, k)
+			}
+		}
+	}
+	return backendMessage(raw, resp.Backend.Model, x.req.model.ID, injected)
+}
+
 // requestCtxDone reports whether the client left (its request was cancelled) rather than our own
 // deadline passing.
 func (x *exchange) requestCtxDone() bool {
 	return errors.Is(x.reqCtx.Err(), context.Canceled)
 }
 
-// upstreamMessage extracts a model server's error message: vLLM's {"object":"error","message"},
-// OpenAI's {"error":{"message"}}, or FastAPI's {"detail": ...}; otherwise the text itself.
-func upstreamMessage(body io.Reader) string {
-	raw, _ := io.ReadAll(io.LimitReader(body, 64<<10))
-	fields, err := openai.ParseObject(nil, raw)
-	if err == nil {
-		if f, ok := openai.Lookup(raw, fields, "message"); ok {
-			if s, ok := openai.Unquote(f.Value(raw)); ok && s != "" {
-				return abbreviateText(s, 500) // a validation error may quote the whole request
-			}
-		}
-		if f, ok := openai.Lookup(raw, fields, "error"); ok {
-			ev := f.Value(raw)
-			if ef, err := openai.ParseObject(nil, ev); err == nil {
-				if mf, ok := openai.Lookup(ev, ef, "message"); ok {
-					if s, ok := openai.Unquote(mf.Value(ev)); ok && s != "" {
-						return abbreviateText(s, 500)
-					}
-				}
-			}
-		}
-		if f, ok := openai.Lookup(raw, fields, "detail"); ok {
-			return "Invalid request: " + abbreviateText(string(f.Value(raw)), 500)
-		}
+// abbreviateText cuts s to at most max bytes, at a character boundary, marking the cut.
+func abbreviateText(s string, max int) string {
+	if len(s) <= max {
+		return s
 	}
-	if len(raw) == 0 {
-		return "The model server rejected the request."
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
 	}
-	return abbreviateText(string(raw), 500)
+	return s[:cut] + "…"
 }
 
-func abbreviateText(s string, max int) string { return clip(s, max) }
+// choices reads how many choices a request asks for, for metering a stream by choice: n (1 when
+// absent or not a count), and the number of prompts of a completions prompt array of strings or
+// of token-id lists (1 otherwise; one list of token ids is one prompt).
+func (req *request) choices() (n, prompts int64) {
+	n, prompts = 1, 1
+	if f, ok := openai.Lookup(req.body, req.fields, "n"); ok {
+		if v := smallInt(f.Value(req.body)); v > 0 {
+			n = int64(v)
+		}
+	}
+	f, ok := openai.Lookup(req.body, req.fields, "prompt")
+	if !ok || openai.Kind(f.Value(req.body)) != '[' {
+		return n, prompts
+	}
+	v := f.Value(req.body)
+	elems, err := openai.Elements(nil, v)
+	if err != nil || len(elems) == 0 {
+		return n, prompts
+	}
+	if k := openai.Kind(v[elems[0][0]:elems[0][1]]); k == '"' || k == '[' {
+		prompts = int64(len(elems))
+	}
+	return n, prompts
+}

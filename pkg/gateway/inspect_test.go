@@ -28,7 +28,7 @@ func TestInspectChoice(t *testing.T) {
 		{`[]`, false, ""},
 	} {
 		r := &relayState{x: &exchange{}}
-		r.inspectChoice([]byte(tc.choices))
+		r.inspectChoice([]byte(tc.choices), false)
 		if r.content != tc.content || r.x.meter.finish != tc.finish {
 			t.Errorf("%s: content %v, finish %q; want %v, %q", tc.choices, r.content, r.x.meter.finish, tc.content, tc.finish)
 		}

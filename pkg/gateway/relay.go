@@ -315,11 +315,10 @@ func (r *relayState) relayEvent(s *stream, data []byte) (wrote, more bool) {
 	return true, true
 }
 
-// closeStream ends the client's stream as pump left it: [DONE] after a complete answer, an error
-// event after a broken one, nothing for a client that left. The request is settled before the
-// stream's last event, so that its slot is free and its debit durable when the client sees the
-// end; a complete answer whose settlement did not commit in time ends with a store_unavailable
-// event instead of [DONE].
+// closeStream ends the client's stream as pump left it: [DONE] after a complete answer, the
+// backend's refusal after one it refused inside its stream, an error event after a broken one,
+// nothing for a client that left. The stream's last event comes after the request's settlement
+// (see finish).
 func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s *stream) {
 	x, readErr := r.x, r.err
 	switch {
@@ -329,18 +328,23 @@ func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s
 		if x.meter.haveUsage {
 			x.meter.complete = true
 		}
+		var usageChunk []byte
 		if x.req.includeUsage && !r.usageSent && x.meter.haveUsage {
 			// The backend put usage only on a content chunk; give the client its usage chunk.
-			s.write(openai.AppendData(nil, r.synthesizeUsage()))
+			usageChunk = openai.AppendData(nil, r.synthesizeUsage())
 		}
 		x.event.Status = usage.StatusCompleted
-		s.flush() // the whole answer goes out now; only its end waits for the settlement
-		if !x.conclude() {
-			r.endWithError("store_unavailable", "The answer could not be recorded in time, so it ends without [DONE]. The part delivered is billed once it is recorded.", s)
-			return
-		}
-		s.write(doneEvent)
-		s.flush()
+		x.finish(s, usageChunk, doneEvent)
+	case r.refusal != nil && rejects(r.refusal.status) && !engineFailure(r.refusal.message):
+		// The backend validated the request only once its stream had started (vLLM's engine
+		// does; SGLang checks the context there): the client gets the error a non-streamed
+		// request would have, as the stream's last event. The backend is healthy, and only
+		// what it generated before refusing is billed.
+		be := *r.refusal
+		x.meter.billable = x.meter.produced()
+		x.refused(ctx, resp, be)
+		x.event.HTTPStatus = http.StatusBadRequest
+		x.finish(s, openai.AppendData(nil, x.refusal(resp, be).body.AppendJSON(nil)))
 	default:
 		code, msg := "upstream_stream_error", "The model backend failed while streaming the response. The part generated so far is billed."
 		x.event.Status = usage.StatusUpstreamError
@@ -351,23 +355,46 @@ func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s
 		case ctx.Err() != nil:
 			code, msg = "deadline_exceeded", "The response reached the gateway's time limit and was cut. The part generated so far is billed."
 		default:
-			resp.Failed()
 			attrs := []slog.Attr{slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend)}
-			if readErr != nil && readErr != io.EOF {
+			if be := r.refusal; be != nil {
+				// An error event that is not about the request: it counts as its status would.
+				resp.StreamStatus(max(be.status, http.StatusInternalServerError))
+				_, logged := x.backendMessage(resp, be.message)
+				attrs = append(attrs, slog.Int("backend_status", be.status), slog.String("backend_message", logged))
+			} else {
+				resp.Failed()
+			}
+			if readErr != nil && readErr != io.EOF && readErr != errBackendEvent {
 				attrs = append(attrs, slog.String("error", readErr.Error()))
 			}
 			x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend stream broke", attrs...)
 		}
-		s.flush()
-		x.conclude()
-		r.endWithError(code, msg, s)
+		x.finish(s, openai.AppendData(nil, openai.Error{Message: msg, Type: "server_error", Code: code}.AppendJSON(nil)))
 	}
 }
 
-// endWithError ends the client's stream with an error event and no [DONE].
-func (r *relayState) endWithError(code, msg string, s *stream) {
-	body := openai.Error{Message: msg, Type: "server_error", Code: code}.AppendJSON(nil)
-	s.write(openai.AppendData(nil, body))
+// finish ends a stream the gateway ends itself, and every such stream ends here: what precedes
+// the last event goes out at once, the request is settled — its slot and reservation released,
+// its debit and event recorded — and then comes the last event, [DONE] after a complete answer
+// or the final error event, so that a client that sees the end never finds its request still in
+// flight, nor an answer whose debit could yet be lost. A complete answer whose settlement did not
+// commit in time ends with a store_unavailable event instead of [DONE]; what it delivered is
+// billed once the store takes it.
+func (x *exchange) finish(s *stream, final ...[]byte) {
+	last := final[len(final)-1]
+	for _, b := range final[:len(final)-1] {
+		if b != nil {
+			s.write(b)
+		}
+	}
+	s.flush()
+	if !x.conclude() && bytes.Equal(last, doneEvent) {
+		last = openai.AppendData(nil, openai.Error{
+			Message: "The answer could not be recorded in time, so it ends without [DONE]. The part delivered is billed once it is recorded.",
+			Type:    "server_error", Code: "store_unavailable",
+		}.AppendJSON(nil))
+	}
+	s.write(last)
 	s.flush()
 }
 
@@ -380,8 +407,9 @@ type relayState struct {
 	buf       *chunkBuffers // nil while the relay waits for the backend
 	content   bool          // the last chunk carried generated content
 	usageSent bool
-	done      bool  // the backend ended the stream with [DONE]
-	err       error // what else ended it: a read error, or a chunk that could not be relayed
+	done      bool          // the backend ended the stream with [DONE]
+	refusal   *backendError // the error event the backend ended the stream with
+	err       error         // what else ended it: a read error, or a chunk that could not be relayed
 	edits     [2]openai.Edit
 
 	// id, object, created of the first chunk, to build a usage chunk if the backend sent none.
@@ -436,6 +464,7 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 	}
 	fields := b.fields
 	if _, ok := openai.Lookup(data, fields, "error"); ok {
+		r.refusal = errorEvent(data)
 		return nil, errBackendEvent
 	}
 	if r.id == nil {
@@ -457,21 +486,32 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 		}
 	}
 	uf, hasUsage := openai.Lookup(data, fields, "usage")
-	if hasUsage && openai.IsNull(uf.Value(data)) {
-		hasUsage = false
+	nullUsage := hasUsage && openai.IsNull(uf.Value(data)) // SGLang writes "usage": null
+	hasUsage = hasUsage && !nullUsage
+	cf, _ := openai.Lookup(data, fields, "choices")
+	choices := cf.Value(data)
+	final := openai.IsEmptyArray(choices)
+	r.content = false
+	edits := r.edits[:0]
+	index := 0
+	if !final {
+		// With continuous usage, a content chunk's usage is its own choice's, so its index is
+		// read, when there is more than one choice.
+		index = r.inspectChoice(choices, hasUsage && x.meter.exactPerChunk && (x.meter.n > 1 || x.meter.prompts > 1))
 	}
 	if hasUsage {
-		x.meter.observe(uf.Value(data))
+		if final || !x.meter.exactPerChunk {
+			x.meter.observe(uf.Value(data))
+			x.meter.complete = x.meter.complete || final
+		} else {
+			x.meter.observeChoice(index, uf.Value(data))
+		}
 		if len(x.req.body) > keepBodyUpTo {
 			x.dropBody(uf.Value(data))
 		}
 	}
-	cf, _ := openai.Lookup(data, fields, "choices")
-	choices := cf.Value(data)
-	r.content = false
-	edits := r.edits[:0]
 
-	if openai.IsEmptyArray(choices) {
+	if final {
 		// The usage chunk.
 		if !hasUsage || !x.req.includeUsage {
 			return nil, nil
@@ -487,10 +527,9 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 		edits = append(edits, openai.Edit{Key: "usage", Value: openai.AppendWithCost(nil, uf.Value(data), cost.Append(nil))})
 		r.usageSent = true
 	} else {
-		if hasUsage {
+		if hasUsage || nullUsage {
 			edits = append(edits, openai.Edit{Key: "usage"}) // per-chunk usage is the gateway's, not the client's
 		}
-		r.inspectChoice(choices)
 	}
 	if r.rename {
 		edits = append(edits, openai.Edit{Key: "model", Value: r.modelJSON})
@@ -505,6 +544,15 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 	return b.out, nil
 }
 
+// errorEvent reads the error event a backend ended its stream with. It is kept out of chunk,
+// whose frame every chunk pays for.
+//
+//go:noinline
+func errorEvent(data []byte) *backendError {
+	be, _ := parseBackendError(data)
+	return &be
+}
+
 // keepBodyUpTo is the size up to which a stream keeps the client's request body to its end.
 const keepBodyUpTo = 8 << 10
 
@@ -516,20 +564,27 @@ func (x *exchange) dropBody(usageValue []byte) {
 	if err != nil || !ok || u.PromptTokens <= 0 {
 		return
 	}
-	prompt := u.PromptTokens
+	// A report counts one prompt; a prompt array's others are taken to be as long.
+	prompt := u.PromptTokens * max(x.meter.prompts, 1)
 	x.meter.promptEstimate = func() int64 { return prompt }
 	x.req.body = nil
 }
 
 // inspectChoice reads the first choice's finish reason and whether it carries generated content
-// (delta content, reasoning or tool-call fragments, or a completion's text).
-func (r *relayState) inspectChoice(choices []byte) {
+// (delta content, reasoning or tool-call fragments, or a completion's text), and, when asked,
+// the choice's index.
+func (r *relayState) inspectChoice(choices []byte, wantIndex bool) (index int) {
 	// The first choice's members, read from the array's text up to the end of that choice, and
 	// the delta's: both were validated with the whole chunk. Of a key written twice, the last
 	// counts, as in what the client's JSON parser makes of the chunk.
 	c, _ := openai.InArray(choices)
 	var fields [8]openai.Field
 	fs := openai.Members(fields[:0], c)
+	if wantIndex {
+		if f, ok := openai.LookupLast(c, fs, "index"); ok {
+			index = smallInt(f.Value(c))
+		}
+	}
 	if f, ok := openai.LookupLast(c, fs, "finish_reason"); ok {
 		if s, ok := openai.Unquote(f.Value(c)); ok {
 			r.x.meter.finish = s
@@ -537,11 +592,11 @@ func (r *relayState) inspectChoice(choices []byte) {
 	}
 	if f, ok := openai.LookupLast(c, fs, "text"); ok && len(f.Value(c)) > 2 {
 		r.content = true
-		return
+		return index
 	}
 	df, ok := openai.LookupLast(c, fs, "delta")
 	if !ok {
-		return
+		return index
 	}
 	d := df.Value(c)
 	var dfields [8]openai.Field
@@ -551,10 +606,26 @@ func (r *relayState) inspectChoice(choices []byte) {
 			v := f.Value(d)
 			if !openai.IsNull(v) && len(v) > 2 { // not null, "" or []
 				r.content = true
-				return
+				return index
 			}
 		}
 	}
+	return index
+}
+
+// smallInt reads a choice index: a non-negative integer of at most six digits; -1 otherwise.
+func smallInt(v []byte) int {
+	if len(v) == 0 || len(v) > 6 {
+		return -1
+	}
+	n := 0
+	for _, c := range v {
+		if c < '0' || c > '9' {
+			return -1
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }
 
 // synthesizeUsage builds a usage chunk from the last usage the backend reported.

@@ -137,14 +137,19 @@ func TestDeadline(t *testing.T) {
 	if last.Error == nil || deref(last.Error.Code) != "deadline_exceeded" {
 		t.Fatalf("last event %s", evs[len(evs)-1].data)
 	}
+	delivered := 0
 	for _, ev := range evs {
 		if ev.data == "[DONE]" {
 			t.Errorf("[DONE] in a cut stream")
+		} else if parseChunk(t, ev.data).hasContent() {
+			delivered++
 		}
 	}
+	// How many tokens fit before the deadline depends on the machine's load; what was
+	// delivered is billed, exactly (continuous usage may report one more than was relayed).
 	ev := h.waitEvent(h.orgID, genID)
-	if ev.CompletionTokens < 5 || ev.Cost <= 0 || ev.Estimated {
-		t.Errorf("event %+v", ev)
+	if delivered == 0 || ev.CompletionTokens < int64(delivered) || ev.CompletionTokens > int64(delivered)+1 || ev.Cost <= 0 || ev.Estimated {
+		t.Errorf("event %+v for %d content chunks delivered", ev, delivered)
 	}
 	h.waitIdle(h.orgID)
 }

@@ -39,7 +39,7 @@ func TestSettlement(t *testing.T) {
 		{path: "/v1/chat/completions", body: chatBody("gpt-oss-120b", "b7 [[sim:delay_ms=20]]", `"max_tokens":100`, `"stream":true`), stream: true, leave: 4, status: 200, evStatus: "client_disconnected"},
 		{path: "/v1/chat/completions", body: `{"model":"qwen3-32b","messages":[]}`, status: 400, evStatus: "rejected"},
 		{path: "/v1/completions", body: `{"model":"not-a-model","prompt":"x"}`, status: 404, evStatus: "rejected"},
-		{path: "/v1/chat/completions", body: chatBody("qwen3-32b", "b10 [[sim:status=400]]"), status: 400, evStatus: "upstream_error"},
+		{path: "/v1/chat/completions", body: chatBody("qwen3-32b", "b10 [[sim:status=400]]"), status: 400, evStatus: "rejected"},
 		{path: "/v1/chat/completions", body: chatBody("gpt-oss-120b", "b11 [[sim:status=500]]"), status: 502, evStatus: "upstream_error"},
 	}
 	const rounds = 3

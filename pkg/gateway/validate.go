@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -351,57 +350,3 @@ func nestedInvalid(at string, err error) *apiError {
 // recordedModel is what the usage event records of a model id longer than any catalog id: its
 // first bytes and "…", so that the record stays small and is never mistaken for a model's.
 func recordedModel(id string) string { return clip(id, quoteLen) }
-
-// estimatePromptTokens guesses a prompt's size when a request ends before the backend reported
-// usage: about four bytes of text a token, plus a few tokens of chat template per message.
-// Only disconnects on backends without continuous usage need it; such events are marked estimated.
-func estimatePromptTokens(chat bool, body []byte) int64 {
-	var r struct {
-		Messages []struct {
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
-		Prompt json.RawMessage `json:"prompt"`
-	}
-	if json.Unmarshal(body, &r) != nil {
-		return 0
-	}
-	textTokens := func(raw json.RawMessage) int64 {
-		var s string
-		if json.Unmarshal(raw, &s) == nil {
-			return int64(len(s)+3) / 4
-		}
-		var parts []json.RawMessage
-		if json.Unmarshal(raw, &parts) != nil {
-			return 0
-		}
-		var n int64
-		for _, p := range parts {
-			var part struct {
-				Text *string `json:"text"`
-			}
-			var num json.Number
-			switch {
-			case json.Unmarshal(p, &num) == nil:
-				n++ // a token id
-			case json.Unmarshal(p, &s) == nil:
-				n += int64(len(s)+3) / 4
-			case json.Unmarshal(p, &part) == nil && part.Text != nil:
-				n += int64(len(*part.Text)+3) / 4
-			default:
-				var ids []json.Number
-				if json.Unmarshal(p, &ids) == nil {
-					n += int64(len(ids))
-				}
-			}
-		}
-		return n
-	}
-	if !chat {
-		return textTokens(r.Prompt)
-	}
-	var n int64
-	for _, m := range r.Messages {
-		n += 4 + textTokens(m.Content)
-	}
-	return n
-}

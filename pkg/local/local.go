@@ -213,6 +213,8 @@ func startSimulator(addr string, cat *catalog.Catalog, log *slog.Logger) (func()
 					Name:                     b.Model,
 					ContextLength:            m.ContextLength,
 					RejectRequiredToolChoice: !m.ForcedToolChoice,
+					Server:                   simulator.Software(b.Server),
+					CachedTokens:             b.CachedTokens,
 				})
 			}
 		}

@@ -29,9 +29,9 @@ func TestChatCompletion(t *testing.T) {
 			usage: wantUsage{prompt: 2, completion: 2, cached: -1},
 		},
 		{
-			name:    "default is 16 tokens",
+			name:    "without max_tokens the model stops after 16 tokens",
 			body:    chatBody(qwen, "hi", ""),
-			content: "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7 tok8 tok9 tok10 tok11 tok12 tok13 tok14 tok15", finish: "length",
+			content: "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7 tok8 tok9 tok10 tok11 tok12 tok13 tok14 tok15", finish: "stop",
 			usage: wantUsage{prompt: 1, completion: 16, cached: -1},
 		},
 		{
@@ -53,16 +53,16 @@ func TestChatCompletion(t *testing.T) {
 			usage: wantUsage{prompt: 1, completion: 0, cached: -1},
 		},
 		{
-			name:    "cached directive",
+			name:    "cached directive without the cache-report flag",
 			body:    chatBody(qwen, "a b c [[sim:cached=3]]", `"max_tokens":1`),
 			content: "tok0", finish: "length",
-			usage: wantUsage{prompt: 4, completion: 1, cached: 3},
+			usage: wantUsage{prompt: 4, completion: 1, cached: -1},
 		},
 		{
-			name:    "cached is capped at prompt tokens",
-			body:    chatBody(qwen, "a [[sim:cached=50]]", `"max_tokens":1`),
-			content: "tok0", finish: "length",
-			usage: wantUsage{prompt: 2, completion: 1, cached: 2},
+			name:    "without max_tokens the answer fits the context",
+			body:    chatBody(qwen, strings.Repeat("w ", 90), ""),
+			content: "tok0 tok1 tok2 tok3 tok4 tok5 tok6 tok7 tok8 tok9", finish: "length",
+			usage: wantUsage{prompt: 90, completion: 10, cached: -1},
 		},
 		{
 			name: "all messages and content parts count, directives from the last user message",
@@ -100,7 +100,7 @@ func TestChatCompletion(t *testing.T) {
 			if got := num(t, at(t, v, "created")); got != int(testNow.Unix()) {
 				t.Errorf("created = %d", got)
 			}
-			if got := at(t, v, "model"); got != qwen {
+			if got := at(t, v, "model"); got != qwen && got != gptOSS {
 				t.Errorf("model = %v", got)
 			}
 			choice := at(t, v, "choices", 0).(map[string]any)
@@ -135,13 +135,14 @@ func TestCompletion(t *testing.T) {
 		finish string
 		usage  wantUsage
 	}{
-		{"string", `"The capital of France is"`, `"max_tokens":2`, "tok0 tok1", "length", wantUsage{5, 2, -1}},
-		{"empty string", `""`, `"max_tokens":1`, "tok0", "length", wantUsage{0, 1, -1}},
-		{"strings are summed, directives from the last", `["a b [[sim:tokens=9]]", "c [[sim:tokens=1]]"]`, "", "tok0", "stop", wantUsage{5, 1, -1}},
-		{"token ids", `[1, 2, 3]`, `"max_tokens":1`, "tok0", "length", wantUsage{3, 1, -1}},
-		{"lists of token ids", `[[1, 2], [3], [4, 5, 6]]`, `"max_tokens":1`, "tok0", "length", wantUsage{6, 1, -1}},
+		{"string", `"The capital of France is"`, `"max_tokens":2`, "tok0 tok1", "length", wantUsage{5, 2, 0}},
+		{"empty string", `""`, `"max_tokens":1`, "tok0", "length", wantUsage{0, 1, 0}},
+		{"each string is a prompt, directives from the last", `["a b [[sim:tokens=9]]", "c [[sim:tokens=1]]"]`, "", "tok0", "stop", wantUsage{5, 2, 0}},
+		{"token ids", `[1, 2, 3]`, `"max_tokens":1`, "tok0", "length", wantUsage{3, 1, 0}},
+		{"each list of token ids is a prompt", `[[1, 2], [3], [4, 5, 6]]`, `"max_tokens":1`, "tok0", "length", wantUsage{6, 3, 0}},
+		{"n choices for each prompt", `["a b", "c"]`, `"max_tokens":2,"n":3`, "tok0 tok1", "length", wantUsage{3, 12, 0}},
 		{"cached", `"a b c d [[sim:cached=2]] [[sim:tokens=3]]"`, "", "tok0 tok1 tok2", "stop", wantUsage{6, 3, 2}},
-		{"max_completion_tokens", `"x"`, `"max_completion_tokens":3`, "tok0 tok1 tok2", "length", wantUsage{1, 3, -1}},
+		{"max_completion_tokens", `"x"`, `"max_completion_tokens":3`, "tok0 tok1 tok2", "length", wantUsage{1, 3, 0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -203,23 +204,23 @@ func TestStreamChat(t *testing.T) {
 		text      string
 		finish    string
 		usage     *wantUsage // the final usage chunk; nil when not asked for
-		numChunks int        // role + tokens + finish (+ usage)
+		numChunks int        // role + tokens, the last with the finish reason (+ usage)
 	}{
 		{
 			name: "without usage", body: chatBody(qwen, "hi there", `"stream":true,"max_tokens":3`),
-			text: "tok0 tok1 tok2", finish: "length", numChunks: 5,
+			text: "tok0 tok1 tok2", finish: "length", numChunks: 4,
 		},
 		{
 			name: "include_usage", body: chatBody(qwen, "hi there", `"stream":true,"max_tokens":3,"stream_options":{"include_usage":true}`),
-			text: "tok0 tok1 tok2", finish: "length", usage: &wantUsage{2, 3, -1}, numChunks: 6,
+			text: "tok0 tok1 tok2", finish: "length", usage: &wantUsage{2, 3, -1}, numChunks: 5,
 		},
 		{
 			name: "include_usage false", body: chatBody(qwen, "hi there", `"stream":true,"max_tokens":3,"stream_options":{"include_usage":false}`),
-			text: "tok0 tok1 tok2", finish: "length", numChunks: 5,
+			text: "tok0 tok1 tok2", finish: "length", numChunks: 4,
 		},
 		{
-			name: "tokens directive", body: chatBody(qwen, "hi [[sim:tokens=1]] [[sim:cached=1]]", `"stream":true,"stream_options":{"include_usage":true}`),
-			text: "tok0", finish: "stop", usage: &wantUsage{3, 1, 1}, numChunks: 4,
+			name: "tokens directive", body: chatBody(gptOSS, "hi [[sim:tokens=1]] [[sim:cached=1]]", `"stream":true,"stream_options":{"include_usage":true}`),
+			text: "tok0", finish: "stop", usage: &wantUsage{3, 1, 1}, numChunks: 3,
 		},
 	}
 	for _, tc := range tests {
@@ -237,14 +238,14 @@ func TestStreamChat(t *testing.T) {
 			}
 			id := s.chunks[0]["id"]
 			for i, c := range s.chunks {
-				if c["id"] != id || c["object"] != "chat.completion.chunk" || c["model"] != qwen || num(t, c["created"]) != int(testNow.Unix()) {
+				if c["id"] != id || c["object"] != "chat.completion.chunk" || (c["model"] != qwen && c["model"] != gptOSS) || num(t, c["created"]) != int(testNow.Unix()) {
 					t.Errorf("chunk %d header = %v", i, c)
 				}
 			}
 			if got := string(s.raw[0]); !strings.Contains(got, `"delta":{"role":"assistant","content":""}`) {
 				t.Errorf("first chunk = %s, want the assistant role with empty content", got)
 			}
-			tokens := s.raw[1 : 1+len(strings.Fields(tc.text))]
+			tokens := s.raw[1:len(strings.Fields(tc.text))]
 			for i, raw := range tokens {
 				if !strings.Contains(string(raw), `"finish_reason":null`) || has(s.chunks[1+i], "usage") {
 					t.Errorf("token chunk %d = %s", i, raw)
@@ -258,8 +259,8 @@ func TestStreamChat(t *testing.T) {
 				checkUsage(t, s.chunks[last]["usage"], *tc.usage)
 				last--
 			}
-			if got := string(s.raw[last]); !strings.Contains(got, `"delta":{},"logprobs":null,"finish_reason":"`+tc.finish+`"`) {
-				t.Errorf("finish chunk = %s", got)
+			if got := string(s.raw[last]); !strings.Contains(got, `"logprobs":null,"finish_reason":"`+tc.finish+`"`) || strings.Contains(got, `"delta":{}`) {
+				t.Errorf("last token chunk = %s, want the last token with the finish reason", got)
 			}
 			text, finish := streamText(t, s, true)
 			if text != tc.text || finish != tc.finish {
@@ -288,7 +289,7 @@ func TestStreamCompletion(t *testing.T) {
 			if !s.done || s.err != nil {
 				t.Fatalf("stream done=%v err=%v", s.done, s.err)
 			}
-			n := len(strings.Fields(tc.text))
+			n := len(strings.Fields(tc.text)) - 1 // the last token carries the finish reason
 			want := n + 1
 			if tc.usage != nil {
 				want++
@@ -301,8 +302,8 @@ func TestStreamCompletion(t *testing.T) {
 					t.Errorf("token chunk %d = %s", i, s.raw[i])
 				}
 			}
-			if got := string(s.raw[n]); !strings.Contains(got, `"text":"","logprobs":null,"finish_reason":"`+tc.finish+`"`) {
-				t.Errorf("finish chunk = %s", got)
+			if got := string(s.raw[n]); !strings.Contains(got, `"logprobs":null,"finish_reason":"`+tc.finish+`"`) || strings.Contains(got, `"text":""`) {
+				t.Errorf("last chunk = %s, want the last token with the finish reason", got)
 			}
 			if tc.usage != nil {
 				checkUsage(t, s.chunks[n+1]["usage"], *tc.usage)
@@ -323,9 +324,9 @@ func TestContinuousUsage(t *testing.T) {
 		path, body string
 		completion []int // completion_tokens on each chunk, the final usage chunk included
 	}{
-		{"chat", "/v1/chat/completions", chatBody(qwen, "two words", opts), []int{0, 1, 2, 3, 3, 3}},
-		{"completions", "/v1/completions", completionBody(qwen, "two words", opts), []int{1, 2, 3, 3, 3}},
-		{"chat tool call", "/v1/chat/completions", chatBody(qwen, "[[sim:tool_call=get_weather]] x", opts), []int{0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 8, 8}},
+		{"chat", "/v1/chat/completions", chatBody(qwen, "two words", opts), []int{0, 1, 2, 3, 3}},
+		{"completions", "/v1/completions", completionBody(qwen, "two words", opts), []int{1, 2, 3, 3}},
+		{"chat tool call", "/v1/chat/completions", chatBody(qwen, "[[sim:tool_call=get_weather]] x", opts), []int{0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 8}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -384,8 +385,8 @@ func TestToolCall(t *testing.T) {
 		if !s.done {
 			t.Fatal("no [DONE]")
 		}
-		// role, header, 8 fragments, finish, usage
-		if len(s.chunks) != 12 {
+		// role, header, 8 fragments (the last with the finish reason), usage
+		if len(s.chunks) != 11 {
 			t.Fatalf("got %d chunks: %s", len(s.chunks), s.raw)
 		}
 		header := at(t, s.chunks[1], "choices", 0, "delta", "tool_calls", 0).(map[string]any)
@@ -408,10 +409,10 @@ func TestToolCall(t *testing.T) {
 		if got != args {
 			t.Errorf("arguments = %q, want %q", got, args)
 		}
-		if at(t, s.chunks[10], "choices", 0, "finish_reason") != "tool_calls" {
-			t.Errorf("finish chunk = %s", s.raw[10])
+		if at(t, s.chunks[9], "choices", 0, "finish_reason") != "tool_calls" {
+			t.Errorf("last fragment = %s, want finish_reason tool_calls", s.raw[9])
 		}
-		checkUsage(t, s.chunks[11]["usage"], wantUsage{2, 8, -1})
+		checkUsage(t, s.chunks[10]["usage"], wantUsage{2, 8, -1})
 	})
 }
 

@@ -18,6 +18,9 @@ type directives struct {
 	dropAfter int
 	toolCall  string // function name; "" when absent
 	cached    int
+	reasoning int // reasoning tokens before the answer; 0 when absent
+	// streamError is the status of the error event a stream ends with; 0 when absent.
+	streamError int
 }
 
 const directivePrefix = "[[sim:"
@@ -71,6 +74,13 @@ func parseDirectives(text string) (directives, error) {
 			d.dropAfter = n
 		case "cached":
 			d.cached = n
+		case "reasoning":
+			d.reasoning = n
+		case "stream_error":
+			if n < 400 || n > 599 || http.StatusText(n) == "" {
+				return d, badRequest("Invalid simulator directive %s: the status must be a known HTTP status from 400 to 599.", m[0])
+			}
+			d.streamError = n
 		default:
 			return d, badRequest("Unknown simulator directive %q.", name)
 		}
@@ -80,7 +90,7 @@ func parseDirectives(text string) (directives, error) {
 
 func isDirective(name string) bool {
 	switch name {
-	case "delay_ms", "first_byte_ms", "tokens", "status", "drop_after", "cached", "tool_call":
+	case "delay_ms", "first_byte_ms", "tokens", "status", "drop_after", "cached", "tool_call", "reasoning", "stream_error":
 		return true
 	}
 	return false

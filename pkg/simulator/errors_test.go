@@ -3,13 +3,17 @@ package simulator
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
 )
 
-// checkVLLMError asserts vLLM's error body: {"object":"error","message","type","param":null,"code"}.
-func checkVLLMError(t *testing.T, resp *http.Response, status int, typ, message string) {
+// checkError asserts the server's error body: vLLM's nested
+// {"error":{"message","type","param","code"}} or SGLang's flat
+// {"object":"error","message","type","param","code"}, with code the status and param as given
+// ("" for null).
+func checkError(t *testing.T, sw Software, resp *http.Response, status int, typ, message, param string) {
 	t.Helper()
 	if resp.StatusCode != status {
 		t.Errorf("status = %d, want %d", resp.StatusCode, status)
@@ -17,20 +21,49 @@ func checkVLLMError(t *testing.T, resp *http.Response, status int, typ, message 
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Errorf("Content-Type = %q, want application/json", ct)
 	}
-	v := readJSON(t, resp)
-	if len(v) != 5 || v["object"] != "error" || v["type"] != typ || num(t, v["code"]) != status {
-		t.Errorf("body = %v, want a vLLM %s error with code %d", v, typ, status)
+	checkErrorObject(t, sw, readJSON(t, resp), status, typ, message, param)
+}
+
+func checkErrorObject(t *testing.T, sw Software, v map[string]any, status int, typ, message, param string) {
+	t.Helper()
+	e := v
+	if sw == SGLang {
+		if len(v) != 5 || v["object"] != "error" {
+			t.Errorf("body = %v, want SGLang's flat error", v)
+		}
+	} else {
+		inner, ok := v["error"].(map[string]any)
+		if len(v) != 1 || !ok || len(inner) != 4 {
+			t.Fatalf("body = %v, want vLLM's nested error", v)
+		}
+		e = inner
 	}
-	if p, ok := v["param"]; !ok || p != nil {
-		t.Errorf("param = %v (present %v), want null", p, ok)
+	if e["type"] != typ || num(t, e["code"]) != status {
+		t.Errorf("error = %v, want type %s code %d", e, typ, status)
 	}
-	if got, _ := v["message"].(string); !strings.Contains(got, message) {
+	p, ok := e["param"]
+	if !ok || (param == "" && p != nil) || (param != "" && p != param) {
+		t.Errorf("param = %v (present %v), want %q", p, ok, param)
+	}
+	if got, _ := e["message"].(string); !strings.Contains(got, message) {
 		t.Errorf("message = %q, want it to contain %q", got, message)
 	}
 }
 
+// checkVLLMError asserts vLLM's error body with a null param.
+func checkVLLMError(t *testing.T, resp *http.Response, status int, typ, message string) {
+	t.Helper()
+	checkError(t, VLLM, resp, status, typ, message, "")
+}
+
 func TestErrors(t *testing.T) {
-	_, srv := newTestServer(t)
+	for _, sw := range []Software{VLLM, SGLang} {
+		t.Run(string(sw), func(t *testing.T) { testErrors(t, sw) })
+	}
+}
+
+func testErrors(t *testing.T, sw Software) {
+	_, srv := newTestServer(t, sw)
 	tests := []struct {
 		name    string
 		method  string // POST when empty
@@ -55,7 +88,9 @@ func TestErrors(t *testing.T) {
 		{"stream as a number", "", "/v1/completions", completionBody(qwen, "hi", `"stream":1`), 400, "BadRequestError", "stream: Input should be a valid boolean"},
 		{"stream_options without stream", "", "/v1/chat/completions", chatBody(qwen, "hi", `"stream_options":{"include_usage":true}`), 400, "BadRequestError", "Stream options can only be defined when `stream=True`."},
 		{"stream_options with stream false", "", "/v1/completions", completionBody(qwen, "hi", `"stream":false,"stream_options":{"include_usage":true}`), 400, "BadRequestError", "Stream options"},
-		{"n above 1", "", "/v1/chat/completions", chatBody(qwen, "hi", `"n":2`), 400, "BadRequestError", "n must be 1"},
+		{"n 0", "", "/v1/chat/completions", chatBody(qwen, "hi", `"n":0`), 400, "BadRequestError", "n must be from 1 to 128, got 0."},
+		{"too many choices", "", "/v1/completions", completionBody(qwen, "hi", `"n":129`), 400, "BadRequestError", "n must be from 1 to 128"},
+		{"reasoning on completions", "", "/v1/completions", completionBody(qwen, "[[sim:reasoning=2]]", ""), 400, "BadRequestError", "only valid on /v1/chat/completions"},
 		{"max_tokens 0", "", "/v1/chat/completions", chatBody(qwen, "hi", `"max_tokens":0`), 400, "BadRequestError", "max_tokens must be at least 1, got 0."},
 		{"max_tokens not an integer", "", "/v1/completions", completionBody(qwen, "hi", `"max_tokens":"ten"`), 400, "BadRequestError", "max_tokens: Input should be a valid integer"},
 		{"unknown directive", "", "/v1/chat/completions", chatBody(qwen, "[[sim:speed=3]]", ""), 400, "BadRequestError", `Unknown simulator directive "speed"`},
@@ -82,50 +117,66 @@ func TestErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer resp.Body.Close()
-			checkVLLMError(t, resp, tc.status, tc.typ, tc.message)
+			checkError(t, sw, resp, tc.status, tc.typ, tc.message, "")
 		})
 	}
 }
 
+// TestContextLength checks each server's context-length rules on qwen's 100-token context:
+// vLLM refuses a prompt over the context and a max_tokens that does not fit, before any stream
+// starts, and lowers a missing max_tokens to fit; SGLang refuses a prompt of the context's
+// length and a max_tokens that reaches it, inside the stream when streaming.
 func TestContextLength(t *testing.T) {
-	_, srv := newTestServer(t) // qwen: 100 tokens
 	words := strings.Repeat("w ", 90)
 	tests := []struct {
 		name    string
+		sw      Software
 		path    string
 		body    string
-		status  int
+		status  int // 200: served; for SGLang streams, the status in the error event
 		message string
+		param   string
+		stream  bool // SGLang: the error arrives in a 200 stream
 	}{
-		{
-			name: "chat", path: "/v1/chat/completions", body: chatBody(qwen, words, `"max_tokens":20`), status: 400,
-			message: "This model's maximum context length is 100 tokens. However, you requested 110 tokens (90 in the messages, 20 in the completion). Please reduce the length of the messages or completion.",
-		},
-		{
-			name: "completions", path: "/v1/completions", body: completionBody(qwen, words, `"max_tokens":11`), status: 400,
-			message: "This model's maximum context length is 100 tokens. However, you requested 101 tokens (90 in the prompt, 11 in the completion). Please reduce the length of the prompt or completion.",
-		},
-		{
-			name: "prompt alone too long", path: "/v1/completions", body: completionBody(qwen, strings.Repeat("w ", 120), `"max_tokens":1`), status: 400,
-			message: "This model's maximum context length is 100 tokens. However, you requested 121 tokens (120 in the prompt, 1 in the completion).",
-		},
-		{
-			name: "default max_tokens counts", path: "/v1/chat/completions", body: chatBody(qwen, words, ""), status: 400,
-			message: "(90 in the messages, 16 in the completion)",
-		},
-		{name: "exactly the context", path: "/v1/chat/completions", body: chatBody(qwen, words, `"max_tokens":10`), status: 200},
-		{name: "directives count as words", path: "/v1/chat/completions", body: chatBody(qwen, words+"[[sim:tokens=1]]", `"max_tokens":10`), status: 400, message: "(91 in the messages, 10 in the completion)"},
+		{name: "max_tokens too large", sw: VLLM, path: "/v1/chat/completions", body: chatBody(qwen, words, `"max_tokens":20`), status: 400, param: "max_tokens",
+			message: "'max_tokens' or 'max_completion_tokens' is too large: 20. This model's maximum context length is 100 tokens and your request has 90 input tokens (20 > 100 - 90)."},
+		{name: "max_tokens too large, streaming", sw: VLLM, path: "/v1/completions", body: completionBody(qwen, words, `"max_tokens":11,"stream":true`), status: 400, param: "max_tokens",
+			message: "'max_tokens' or 'max_completion_tokens' is too large: 11."},
+		{name: "prompt alone too long", sw: VLLM, path: "/v1/completions", body: completionBody(qwen, strings.Repeat("w ", 120), ""), status: 400,
+			message: "Input length (120) exceeds model's maximum context length (100)."},
+		{name: "missing max_tokens is lowered to fit", sw: VLLM, path: "/v1/chat/completions", body: chatBody(qwen, words, ""), status: 200},
+		{name: "exactly the context", sw: VLLM, path: "/v1/chat/completions", body: chatBody(qwen, words, `"max_tokens":10`), status: 200},
+		{name: "directives count as words", sw: VLLM, path: "/v1/chat/completions", body: chatBody(qwen, words+"[[sim:tokens=1]]", `"max_tokens":10`), status: 400, param: "max_tokens", message: "your request has 91 input tokens (10 > 100 - 91)"},
+		{name: "each prompt of an array", sw: VLLM, path: "/v1/completions", body: `{"model":"` + qwen + `","prompt":["a", "` + words + `"],"max_tokens":11}`, status: 400, param: "max_tokens", message: "your request has 90 input tokens"},
+		{name: "sglang: total reaches the context", sw: SGLang, path: "/v1/chat/completions", body: chatBody(qwen, words, `"max_tokens":10`), status: 400,
+			message: "Requested token count exceeds the model's maximum context length of 100 tokens. You requested a total of 100 tokens: 90 tokens from the input messages and 10 tokens for the completion. Please reduce the number of tokens in the input messages or the completion to fit within the limit."},
+		{name: "sglang: prompt of the context's length", sw: SGLang, path: "/v1/completions", body: completionBody(qwen, strings.Repeat("w ", 100), ""), status: 400,
+			message: "The input (100 tokens) is longer than the model's context length (100 tokens)."},
+		{name: "sglang: in the stream", sw: SGLang, path: "/v1/chat/completions", body: chatBody(qwen, words, `"max_tokens":10,"stream":true`), status: 400, stream: true,
+			message: "Requested token count exceeds the model's maximum context length of 100 tokens."},
+		{name: "sglang: fits", sw: SGLang, path: "/v1/chat/completions", body: chatBody(qwen, words, `"max_tokens":9`), status: 200},
+	}
+	servers := map[Software]*httptest.Server{}
+	for _, sw := range []Software{VLLM, SGLang} {
+		_, servers[sw] = newTestServer(t, sw)
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			resp := post(t, srv, tc.path, tc.body)
-			if tc.status == http.StatusOK {
+			resp := post(t, servers[tc.sw], tc.path, tc.body)
+			switch {
+			case tc.status == http.StatusOK:
 				if resp.StatusCode != http.StatusOK {
 					t.Fatalf("status = %d", resp.StatusCode)
 				}
-				return
+			case tc.stream:
+				s := readStream(t, resp)
+				if resp.StatusCode != http.StatusOK || !s.done || len(s.chunks) != 1 {
+					t.Fatalf("status %d, stream %s (done %v), want one error event and [DONE]", resp.StatusCode, s.raw, s.done)
+				}
+				checkStreamError(t, tc.sw, s.chunks[0], tc.status, "BadRequestError", tc.message, tc.param)
+			default:
+				checkError(t, tc.sw, resp, tc.status, "BadRequestError", tc.message, tc.param)
 			}
-			checkVLLMError(t, resp, tc.status, "BadRequestError", tc.message)
 		})
 	}
 }
@@ -177,7 +228,13 @@ func TestRequiredToolChoice(t *testing.T) {
 }
 
 func TestStatusDirective(t *testing.T) {
-	_, srv := newTestServer(t)
+	for _, sw := range []Software{VLLM, SGLang} {
+		t.Run(string(sw), func(t *testing.T) { testStatusDirective(t, sw) })
+	}
+}
+
+func testStatusDirective(t *testing.T, sw Software) {
+	_, srv := newTestServer(t, sw)
 	tests := []struct {
 		status int
 		stream bool
@@ -192,6 +249,8 @@ func TestStatusDirective(t *testing.T) {
 		{status: 404, typ: "NotFoundError"},
 		{status: 413, typ: "RequestEntityTooLargeError"},
 		{status: 429, stream: true, typ: "TooManyRequestsError"},
+		{status: 501, typ: "NotImplementedError"},
+		{status: 501, stream: true, typ: "NotImplementedError"},
 	}
 	for _, tc := range tests {
 		name := http.StatusText(tc.status)
@@ -209,7 +268,7 @@ func TestStatusDirective(t *testing.T) {
 				checkPlain(t, resp, tc.status, tc.plain)
 				return
 			}
-			checkVLLMError(t, resp, tc.status, tc.typ, "Simulated")
+			checkError(t, sw, resp, tc.status, tc.typ, "Simulated", "")
 		})
 	}
 }

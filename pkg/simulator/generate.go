@@ -2,6 +2,7 @@ package simulator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -15,17 +16,24 @@ const toolArguments = `{"city": "Paris", "unit": "celsius"}`
 // argumentPiece is the size in bytes of one streamed fragment of toolArguments.
 const argumentPiece = 5
 
-// answer is what the simulated model generates: count pieces, each one completion token.
+// answer is what the simulated model generates for each choice: count pieces, each one
+// completion token, of which the first reasoning ones are reasoning.
 type answer struct {
 	count     int
-	finish    string
+	reasoning int
+	finish    string   // "" when the stream ends with an error event instead
 	toolName  string   // "" unless the answer is a tool call
 	toolID    string   // "call_..."
 	fragments []string // the tool call's arguments, in pieces
 }
 
 func newAnswer(req *request, seq int64) answer {
-	if name := req.directives.toolCall; name != "" {
+	d := req.directives
+	if d.streamError != 0 && req.stream {
+		// The error comes after the tokens the tokens directive asks for (none by default).
+		return answer{count: max(0, d.tokens)}
+	}
+	if name := d.toolCall; name != "" {
 		var fragments []string
 		for rest := toolArguments; rest != ""; {
 			n := min(argumentPiece, len(rest))
@@ -40,55 +48,97 @@ func newAnswer(req *request, seq int64) answer {
 			fragments: fragments,
 		}
 	}
-	a := answer{count: req.maxTokens, finish: "length"}
-	if t := req.directives.tokens; t >= 0 && t < req.maxTokens {
-		a.count, a.finish = t, "stop"
+	var a answer
+	if req.maxTokens >= 0 {
+		// The model talks until max_tokens, unless the tokens directive stops it sooner.
+		a = answer{count: req.maxTokens, finish: "length"}
+		if t := d.tokens; t >= 0 && t < req.maxTokens {
+			a.count, a.finish = t, "stop"
+		}
+	} else {
+		// With no max_tokens the model stops of its own accord, within what the context leaves
+		// (vLLM lowers a missing max_tokens to fit).
+		a = answer{count: naturalLength, finish: "stop"}
+		if t := d.tokens; t >= 0 {
+			a.count = t
+		}
+		if room := req.room(); room >= 0 && a.count > room {
+			a.count, a.finish = room, "length"
+		}
 	}
+	a.reasoning = min(d.reasoning, a.count)
 	return a
 }
 
-// piece is the text of completion token i: "tok0", " tok1", " tok2", ...; for a tool call, the
-// i-th fragment of its arguments.
+// piece is the text of completion token i: reasoning "think0", " think1", ... then the content
+// "tok0", " tok1", " tok2", ...; for a tool call, the i-th fragment of its arguments.
 func (a answer) piece(i int) string {
 	if a.toolName != "" {
 		return a.fragments[i]
 	}
-	if i == 0 {
-		return "tok0"
+	word, j := "tok", i-a.reasoning
+	if i < a.reasoning {
+		word, j = "think", i
 	}
-	return " tok" + strconv.Itoa(i)
+	if j == 0 {
+		return word + "0"
+	}
+	return " " + word + strconv.Itoa(j)
 }
 
-// text is the whole generated text.
-func (a answer) text() string {
+// text is the whole generated content, and reasoningText its reasoning.
+func (a answer) text() string { return a.join(a.reasoning, a.count) }
+
+func (a answer) reasoningText() string { return a.join(0, a.reasoning) }
+
+func (a answer) join(from, to int) string {
 	var b strings.Builder
-	for i := range a.count {
+	for i := from; i < to; i++ {
 		b.WriteString(a.piece(i))
 	}
 	return b.String()
 }
 
-// generation is one answer being delivered.
+// generation is one answer being delivered: the same answer for each of its choices (n for each
+// prompt; choice i answers prompt i / n).
 type generation struct {
 	req     *request
 	answer  answer
 	id      string
 	created int64
+	choices int
+	sglang  bool
 }
 
 // serve answers a validated request, after the directives that replace or delay the answer.
 func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request, seq int64) {
 	ctx := r.Context()
 	d := req.directives
+	sw := req.model.Server
 	if sleep(ctx, d.firstByte) != nil {
 		return
 	}
 	if d.status != 0 {
-		writeStatus(w, d.status)
+		writeStatus(w, sw, d.status)
 		return
 	}
+	// What the server finds once generation has started: a stream then starts (200) and carries
+	// only the error.
+	engineErr := req.checkEngine()
 	if err := req.checkContext(); err != nil {
-		writeRequestError(w, err)
+		var re *requestError
+		if !errors.As(err, &re) || !re.inEngine {
+			writeRequestError(w, sw, err)
+			return
+		}
+		engineErr = err
+	}
+	if d.streamError != 0 && !req.stream {
+		writeRequestError(w, sw, &requestError{status: d.streamError, message: simulatedMessage(d.streamError)})
+		return
+	}
+	if engineErr != nil && !req.stream {
+		writeRequestError(w, sw, engineErr)
 		return
 	}
 	if req.requiredToolChoice && req.model.RejectRequiredToolChoice {
@@ -105,9 +155,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request, seq
 		answer:  newAnswer(req, seq),
 		id:      fmt.Sprintf("%s%032x", prefix, seq),
 		created: s.now().Unix(),
+		choices: len(req.prompts) * req.n,
+		sglang:  sw == SGLang,
 	}
 	if req.stream {
-		g.stream(ctx, w)
+		var re *requestError
+		if engineErr != nil {
+			re, _ = engineErr.(*requestError)
+			g.answer = answer{} // refused before the first token
+		} else if d.streamError != 0 {
+			re = &requestError{status: d.streamError, message: simulatedMessage(d.streamError)}
+		}
+		g.stream(ctx, w, re)
 		return
 	}
 	if d.dropAfter >= 0 {
@@ -120,14 +179,18 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request, seq
 	writeJSON(w, http.StatusOK, g.response())
 }
 
-// writeStatus answers with a simulated failure: vLLM's JSON for 4xx, the plain status text its
-// server sends for 5xx.
-func writeStatus(w http.ResponseWriter, status int) {
-	if status >= 500 {
+func simulatedMessage(status int) string {
+	return "Simulated error: " + http.StatusText(status) + "."
+}
+
+// writeStatus answers with a simulated failure: the server's error JSON for 4xx and for 501
+// (vLLM's NotImplementedError), the plain status text its HTTP server sends for other 5xx.
+func writeStatus(w http.ResponseWriter, sw Software, status int) {
+	if status >= 500 && status != http.StatusNotImplemented {
 		writePlain(w, status, http.StatusText(status))
 		return
 	}
-	writeError(w, status, "Simulated error: "+http.StatusText(status)+".")
+	writeError(w, sw, status, simulatedMessage(status))
 }
 
 // sleep waits for d, or until ctx is done.
@@ -145,84 +208,141 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (g *generation) usage(completion int) *usage {
-	u := &usage{
-		PromptTokens:     g.req.promptTokens,
-		CompletionTokens: completion,
-		TotalTokens:      g.req.promptTokens + completion,
+// usage is the request's whole usage, as a non-streamed answer and the final usage chunk carry
+// it: every prompt once, every choice's completion. Cached tokens are reported only with the
+// server's cache-report flag: by vLLM always (zero included), by SGLang only when there are some.
+func (g *generation) usage() *usage {
+	prompt := 0
+	for _, p := range g.req.prompts {
+		prompt += p
 	}
-	if c := g.req.directives.cached; c >= 0 {
-		u.PromptTokensDetails = &promptTokensDetails{CachedTokens: min(c, g.req.promptTokens)}
+	completion := g.answer.count * g.choices
+	u := &usage{PromptTokens: prompt, CompletionTokens: completion, TotalTokens: prompt + completion}
+	if g.req.model.CachedTokens {
+		cached := min(max(0, g.req.directives.cached), prompt)
+		if !g.sglang || cached > 0 {
+			u.PromptTokensDetails = &promptTokensDetails{CachedTokens: cached}
+		}
 	}
 	return u
+}
+
+// running is the usage a chunk of choice i carries with continuous usage stats, after its
+// completion tokens so far: both servers count one choice at a time (the prompt of its own
+// prompt) and never report cached tokens there; SGLang only on chat (serving_completions.py at
+// 7190e6fe8cfd puts no usage on its chunks).
+func (g *generation) running(i, completion int) *usage {
+	if !g.req.continuousUsage || (g.sglang && g.req.endpoint == endpointCompletions) {
+		return nil // SGLang's completions stream ignores continuous_usage_stats
+	}
+	p := g.req.prompts[i/g.req.n]
+	return &usage{PromptTokens: p, CompletionTokens: completion, TotalTokens: p + completion}
 }
 
 // response is the non-streaming body.
 func (g *generation) response() any {
 	a := g.answer
-	u := g.usage(a.count)
+	u := g.usage()
 	if g.req.endpoint == endpointCompletions {
+		choices := make([]textChoice, g.choices)
+		for i := range choices {
+			choices[i] = textChoice{Index: i, Text: a.text(), FinishReason: &a.finish}
+		}
 		return &textCompletion{
 			ID: g.id, Object: "text_completion", Created: g.created, Model: g.req.model.Name,
-			Choices: []textChoice{{Text: a.text(), FinishReason: &a.finish}},
-			Usage:   u,
+			Choices: choices, Usage: u,
 		}
 	}
-	msg := &chatMessage{Role: "assistant"}
-	if a.toolName != "" {
-		msg.ToolCalls = []toolCall{{
-			ID:       a.toolID,
-			Type:     "function",
-			Function: toolFunction{Name: a.toolName, Arguments: toolArguments},
-		}}
-	} else {
-		text := a.text()
-		msg.Content = &text
+	choices := make([]chatChoice, g.choices)
+	for i := range choices {
+		msg := &chatMessage{Role: "assistant"}
+		if a.toolName != "" {
+			msg.ToolCalls = []toolCall{{
+				ID:       a.toolID,
+				Type:     "function",
+				Function: toolFunction{Name: a.toolName, Arguments: toolArguments},
+			}}
+		} else {
+			text := a.text()
+			msg.Content = &text
+		}
+		if a.reasoning > 0 {
+			r := a.reasoningText()
+			if g.sglang {
+				msg.ReasoningContent = &r
+			} else {
+				msg.Reasoning = &r
+			}
+		}
+		choices[i] = chatChoice{Index: i, Message: msg, FinishReason: &a.finish}
 	}
 	return &chatCompletion{
 		ID: g.id, Object: "chat.completion", Created: g.created, Model: g.req.model.Name,
-		Choices: []chatChoice{{Message: msg, FinishReason: &a.finish}},
-		Usage:   u,
+		Choices: choices, Usage: u,
 	}
 }
 
-// stream writes the answer as server-sent events, one per token, flushing each at once, and
-// stops as soon as the client goes away.
-func (g *generation) stream(ctx context.Context, w http.ResponseWriter) {
+// separateFinish reports whether the finish reason comes in a chunk of its own, after the last
+// token of every choice: SGLang's chat stream does so (serving_chat.py), its completions stream
+// and vLLM put the last token and the finish reason in one chunk.
+func (g *generation) separateFinish() bool {
+	return g.sglang && g.req.endpoint == endpointChat
+}
+
+// stream writes the answer as server-sent events, flushing each at once, and stops as soon as
+// the client goes away. Each token step sends one chunk per choice; separateFinish says where the
+// finish reason goes. A stream that fails (fail not nil) ends with the server's error
+// event and [DONE]: at once when the failure came before any output (no role chunk, as when
+// vLLM's engine refuses a request), after the answer's tokens otherwise.
+func (g *generation) stream(ctx context.Context, w http.ResponseWriter, fail *requestError) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-cache")
 	w.WriteHeader(http.StatusOK)
 	events := &eventWriter{w: w, rc: http.NewResponseController(w)}
-
 	a, d := g.answer, g.req.directives
-	running := func(completion int) *usage {
-		if g.req.continuousUsage {
-			return g.usage(completion)
-		}
-		return nil
-	}
+	sw := g.req.model.Server
 
-	for _, c := range g.opening(running(0)) {
-		if events.send(c) != nil {
-			return
+	endWith := func(fail *requestError) {
+		if events.write(sw.streamErrorEvent(fail)) == nil {
+			_ = events.done()
 		}
 	}
-	for i := range a.count {
-		if i == d.dropAfter {
-			abort()
-		}
+	if fail != nil && a.count == 0 {
+		endWith(fail)
+		return
+	}
+	if !g.sendOpening(events) {
+		return
+	}
+	sent := 0
+	for k := range a.count {
 		if sleep(ctx, d.delay) != nil {
 			return
 		}
-		if events.send(g.pieceChunk(i, running(i+1))) != nil {
-			return
+		for i := range g.choices {
+			if sent == d.dropAfter {
+				abort()
+			}
+			last := k == a.count-1 && fail == nil && !g.separateFinish()
+			if events.send(g.pieceChunk(i, k, last)) != nil {
+				return
+			}
+			sent++
 		}
 	}
 	if d.dropAfter >= 0 {
 		abort()
 	}
-	if events.send(g.finishChunk(running(a.count))) != nil {
+	if fail != nil {
+		endWith(fail)
 		return
+	}
+	if a.count == 0 || g.separateFinish() {
+		for i := range g.choices {
+			if events.send(g.finishChunk(i)) != nil {
+				return
+			}
+		}
 	}
 	if g.req.includeUsage {
 		if events.send(g.usageChunk()) != nil {
@@ -238,71 +358,141 @@ func abort() {
 	panic(http.ErrAbortHandler)
 }
 
-// opening is what a stream sends before the first token: for chat, the assistant role and, for a
-// tool call, the call's id, type and name with empty arguments.
-func (g *generation) opening(u *usage) []any {
+// sendOpening sends what a chat stream sends before the first token of each choice: the assistant
+// role (with vLLM's continuous usage, the prompt alone) and, for a tool call, the call's id, type
+// and name with empty arguments.
+func (g *generation) sendOpening(events *eventWriter) bool {
 	if g.req.endpoint == endpointCompletions {
-		return nil
+		return true
 	}
 	empty := ""
-	chunks := []any{g.chatChunk(&chatDelta{Role: "assistant", Content: &empty}, nil, u)}
-	if a := g.answer; a.toolName != "" {
-		index := 0
-		chunks = append(chunks, g.chatChunk(&chatDelta{ToolCalls: []toolCall{{
-			Index:    &index,
-			ID:       a.toolID,
-			Type:     "function",
-			Function: toolFunction{Name: a.toolName},
-		}}}, nil, u))
+	for i := range g.choices {
+		var u *usage
+		if !g.sglang {
+			u = g.running(i, 0)
+		}
+		if events.send(g.chatChunk(i, &chatDelta{Role: "assistant", Content: &empty}, nil, u)) != nil {
+			return false
+		}
+		if a := g.answer; a.toolName != "" {
+			index := 0
+			if events.send(g.chatChunk(i, &chatDelta{ToolCalls: []toolCall{{
+				Index:    &index,
+				ID:       a.toolID,
+				Type:     "function",
+				Function: toolFunction{Name: a.toolName},
+			}}}, nil, u)) != nil {
+				return false
+			}
+		}
 	}
-	return chunks
+	return true
 }
 
-func (g *generation) pieceChunk(i int, u *usage) any {
-	text := g.answer.piece(i)
+// pieceChunk is token k of choice i; with last, it carries the finish reason too (vLLM).
+func (g *generation) pieceChunk(i, k int, last bool) any {
+	a := g.answer
+	text := a.piece(k)
+	u := g.running(i, k+1)
+	var finish *string
+	if last {
+		finish = &a.finish
+	}
 	if g.req.endpoint == endpointCompletions {
-		return g.textChunk(text, nil, u)
+		return g.textChunk(i, text, finish, u)
 	}
-	if g.answer.toolName != "" {
+	var delta *chatDelta
+	switch {
+	case a.toolName != "":
 		index := 0
-		return g.chatChunk(&chatDelta{ToolCalls: []toolCall{{
-			Index:    &index,
-			Function: toolFunction{Arguments: text},
-		}}}, nil, u)
+		delta = &chatDelta{ToolCalls: []toolCall{{Index: &index, Function: toolFunction{Arguments: text}}}}
+	case k < a.reasoning && g.sglang:
+		delta = &chatDelta{ReasoningContent: &text}
+	case k < a.reasoning:
+		delta = &chatDelta{Reasoning: &text}
+	default:
+		delta = &chatDelta{Content: &text}
 	}
-	return g.chatChunk(&chatDelta{Content: &text}, nil, u)
+	return g.chatChunk(i, delta, finish, u)
 }
 
-func (g *generation) finishChunk(u *usage) any {
+// finishChunk carries choice i's finish reason alone: SGLang's way, and vLLM's for an answer of
+// no tokens (its last output is then empty text).
+func (g *generation) finishChunk(i int) any {
 	finish := g.answer.finish
 	if g.req.endpoint == endpointCompletions {
-		return g.textChunk("", &finish, u)
+		return g.textChunk(i, "", &finish, nil)
 	}
-	return g.chatChunk(&chatDelta{}, &finish, u)
+	delta := &chatDelta{}
+	if !g.sglang {
+		empty := ""
+		delta.Content = &empty
+	}
+	return g.chatChunk(i, delta, &finish, nil)
 }
 
 func (g *generation) usageChunk() any {
-	u := g.usage(g.answer.count)
+	u := g.usage()
 	if g.req.endpoint == endpointCompletions {
-		return &textCompletion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.req.model.Name, Choices: []textChoice{}, Usage: u}
+		return g.wrapText(&textCompletion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.req.model.Name, Choices: []textChoice{}, Usage: u})
 	}
-	return &chatCompletion{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.req.model.Name, Choices: []chatChoice{}, Usage: u}
+	return g.wrapChat(&chatCompletion{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.req.model.Name, Choices: []chatChoice{}, Usage: u})
 }
 
-func (g *generation) chatChunk(delta *chatDelta, finish *string, u *usage) *chatCompletion {
-	return &chatCompletion{
+func (g *generation) chatChunk(i int, delta *chatDelta, finish *string, u *usage) any {
+	return g.wrapChat(&chatCompletion{
 		ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.req.model.Name,
-		Choices: []chatChoice{{Delta: delta, FinishReason: finish}},
+		Choices: []chatChoice{{Index: i, Delta: delta, FinishReason: finish}},
 		Usage:   u,
-	}
+	})
 }
 
-func (g *generation) textChunk(text string, finish *string, u *usage) *textCompletion {
-	return &textCompletion{
+func (g *generation) textChunk(i int, text string, finish *string, u *usage) any {
+	return g.wrapText(&textCompletion{
 		ID: g.id, Object: "text_completion", Created: g.created, Model: g.req.model.Name,
-		Choices: []textChoice{{Text: text, FinishReason: finish}},
+		Choices: []textChoice{{Index: i, Text: text, FinishReason: finish}},
 		Usage:   u,
+	})
+}
+
+// wrapChat and wrapText give SGLang's chunks their explicit nulls: pydantic's model_dump_json
+// writes every field, "usage": null included.
+func (g *generation) wrapChat(c *chatCompletion) any {
+	if !g.sglang {
+		return c
 	}
+	choices := make([]sglangChatChoice, len(c.Choices))
+	for i, ch := range c.Choices {
+		d := ch.Delta
+		choices[i] = sglangChatChoice{Index: ch.Index, FinishReason: ch.FinishReason, Delta: sglangDelta{
+			Role: nullable(d.Role), Content: d.Content, ReasoningContent: d.ReasoningContent, ToolCalls: d.ToolCalls,
+		}}
+	}
+	var u *sglangUsage
+	if c.Usage != nil {
+		u = &sglangUsage{PromptTokens: c.Usage.PromptTokens, TotalTokens: c.Usage.TotalTokens, CompletionTokens: c.Usage.CompletionTokens, PromptTokensDetails: c.Usage.PromptTokensDetails}
+	}
+	return &sglangChatChunk{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: u}
+}
+
+// wrapText gives SGLang's completion chunks "usage": null and "matched_stop": null; its final
+// usage chunk is written without nulls (exclude_none), as vLLM writes it.
+func (g *generation) wrapText(c *textCompletion) any {
+	if !g.sglang || len(c.Choices) == 0 {
+		return c
+	}
+	choices := make([]sglangTextChoice, len(c.Choices))
+	for i, ch := range c.Choices {
+		choices[i] = sglangTextChoice{Index: ch.Index, Text: ch.Text, FinishReason: ch.FinishReason}
+	}
+	return &sglangTextChunk{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: c.Usage}
+}
+
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 // eventWriter writes server-sent events and flushes each one.

@@ -20,16 +20,22 @@ const (
 
 var testNow = time.Unix(1710000000, 0)
 
-// newTestServer serves a simulator over real HTTP: qwen3-32b with a 100-token context that
-// refuses tool_choice "required", and gpt-oss-120b that accepts it.
-func newTestServer(t *testing.T) (*Server, *httptest.Server) {
+// newTestServer serves a simulator over real HTTP, as vLLM unless a Software is given:
+// qwen3-32b with a 100-token context that refuses tool_choice "required", and gpt-oss-120b that
+// accepts it and reports cached tokens (the server's cache-report flag).
+func newTestServer(t *testing.T, sw ...Software) (*Server, *httptest.Server) {
 	t.Helper()
+	server := VLLM
+	if len(sw) > 0 {
+		server = sw[0]
+	}
 	sim := New(Config{
 		Models: []Model{
-			{Name: qwen, ContextLength: 100, RejectRequiredToolChoice: true},
-			{Name: gptOSS, ContextLength: 131072},
+			{Name: qwen, ContextLength: 100, RejectRequiredToolChoice: true, Server: server},
+			{Name: gptOSS, ContextLength: 131072, Server: server, CachedTokens: true},
 		},
-		Now: func() time.Time { return testNow },
+		Now:    func() time.Time { return testNow },
+		Server: server,
 	})
 	srv := httptest.NewServer(sim)
 	t.Cleanup(srv.Close)
@@ -203,7 +209,7 @@ func checkUsage(t *testing.T, u any, want wantUsage) {
 	if total := num(t, m["total_tokens"]); total != got.prompt+got.completion {
 		t.Errorf("total_tokens = %d, want %d", total, got.prompt+got.completion)
 	}
-	if d, ok := m["prompt_tokens_details"]; ok {
+	if d, ok := m["prompt_tokens_details"]; ok && d != nil { // SGLang writes null
 		got.cached = num(t, at(t, d, "cached_tokens"))
 	}
 	if got != want {

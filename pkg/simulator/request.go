@@ -16,16 +16,18 @@ const (
 	endpointCompletions
 )
 
-// defaultMaxTokens is OpenAI's default for completions; the simulator uses it on both endpoints
-// so that an answer stays short when the client sets no limit.
-const defaultMaxTokens = 16
+// naturalLength is where the simulated model stops of its own accord (finish_reason "stop")
+// when neither max_tokens nor a tokens directive ends its answer sooner.
+const naturalLength = 16
 
 // request is a validated inference request: only what the simulator acts on.
 type request struct {
 	endpoint           endpoint
 	model              Model
-	promptTokens       int
-	maxTokens          int
+	prompts            []int // the tokens of each prompt: one for chat, one per prompt of an array
+	maxTokens          int   // -1 when the request sets none
+	n                  int   // choices per prompt
+	logprobs           int   // the logprobs asked for: top_logprobs on chat, logprobs on completions
 	stream             bool
 	includeUsage       bool
 	continuousUsage    bool // include_usage and continuous_usage_stats, as vLLM requires both
@@ -39,6 +41,8 @@ type commonRequest struct {
 	MaxTokens           *int            `json:"max_tokens"`
 	MaxCompletionTokens *int            `json:"max_completion_tokens"`
 	N                   *int            `json:"n"`
+	Logprobs            json.RawMessage `json:"logprobs"`
+	TopLogprobs         *int            `json:"top_logprobs"`
 	Stream              *bool           `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
@@ -65,62 +69,86 @@ type completionRequest struct {
 }
 
 // parse reads and validates the body of an inference request.
-func (s *Server) parse(r *http.Request, ep endpoint) (*request, error) {
+// parse reads and validates the body of an inference request. It also returns the software
+// whose error body a refusal takes: the model's, once the body names a known one.
+func (s *Server) parse(r *http.Request, ep endpoint) (*request, Software, error) {
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxBody))
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			return nil, &requestError{status: http.StatusRequestEntityTooLarge, message: fmt.Sprintf("Request body larger than %d bytes.", maxBody)}
+			return nil, s.server, &requestError{status: http.StatusRequestEntityTooLarge, message: fmt.Sprintf("Request body larger than %d bytes.", maxBody)}
 		}
-		return nil, badRequest("Could not read the request body.")
+		return nil, s.server, badRequest("Could not read the request body.")
 	}
 
 	var (
 		common     *commonRequest
-		promptText func() (tokens int, directiveText string, err error)
+		promptText func() (tokens []int, directiveText string, err error)
 	)
 	switch ep {
 	case endpointChat:
 		var cr chatRequest
 		if err := decode(body, &cr); err != nil {
-			return nil, err
+			return nil, s.serverOf(body), err
 		}
 		common = &cr.commonRequest
-		promptText = func() (int, string, error) { return chatPrompt(cr.Messages) }
+		promptText = func() ([]int, string, error) {
+			n, text, err := chatPrompt(cr.Messages)
+			return []int{n}, text, err
+		}
 	default:
 		var cr completionRequest
 		if err := decode(body, &cr); err != nil {
-			return nil, err
+			return nil, s.serverOf(body), err
 		}
 		common = &cr.commonRequest
-		promptText = func() (int, string, error) { return completionPrompt(cr.Prompt) }
+		promptText = func() ([]int, string, error) { return completionPrompt(cr.Prompt) }
 	}
 
 	if common.Model == "" {
-		return nil, badRequest("model: Field required")
+		return nil, s.server, badRequest("model: Field required")
 	}
 	model, ok := s.models[common.Model]
 	if !ok {
-		return nil, &requestError{status: http.StatusNotFound, message: fmt.Sprintf("The model `%s` does not exist.", common.Model)}
+		return nil, s.server, &requestError{status: http.StatusNotFound, message: fmt.Sprintf("The model `%s` does not exist.", common.Model)}
 	}
-	req := &request{endpoint: ep, model: model, maxTokens: defaultMaxTokens}
+	req := &request{endpoint: ep, model: model, maxTokens: -1, n: 1}
 
-	tokens, text, err := promptText()
+	prompts, text, err := promptText()
 	if err != nil {
-		return nil, err
+		return nil, model.Server, err
 	}
-	req.promptTokens = tokens
+	req.prompts = prompts
 
 	if err := req.readOptions(common); err != nil {
-		return nil, err
+		return nil, model.Server, err
+	}
+	if err := req.checkModelValidators(common, body); err != nil {
+		return nil, model.Server, err
+	}
+	if len(req.prompts)*req.n > maxChoices {
+		return nil, model.Server, badRequest("n times the number of prompts must be at most %d, got %d.", maxChoices, len(req.prompts)*req.n)
 	}
 	if req.directives, err = parseDirectives(text); err != nil {
-		return nil, err
+		return nil, model.Server, err
 	}
-	if req.directives.toolCall != "" && ep != endpointChat {
-		return nil, badRequest("The tool_call directive is only valid on /v1/chat/completions.")
+	if (req.directives.toolCall != "" || req.directives.reasoning > 0) && ep != endpointChat {
+		return nil, model.Server, badRequest("The tool_call and reasoning directives are only valid on /v1/chat/completions.")
 	}
-	return req, nil
+	return req, model.Server, nil
+}
+
+// serverOf is the software of the model a body that did not decode names, if it names one.
+func (s *Server) serverOf(body []byte) Software {
+	var m struct {
+		Model string `json:"model"`
+	}
+	if json.Unmarshal(body, &m) == nil {
+		if model, ok := s.models[m.Model]; ok {
+			return model.Server
+		}
+	}
+	return s.server
 }
 
 func (req *request) readOptions(c *commonRequest) error {
@@ -130,11 +158,20 @@ func (req *request) readOptions(c *commonRequest) error {
 	case c.MaxTokens != nil:
 		req.maxTokens = *c.MaxTokens
 	}
-	if req.maxTokens < 1 {
+	if (c.MaxCompletionTokens != nil || c.MaxTokens != nil) && req.maxTokens < 1 {
 		return badRequest("max_tokens must be at least 1, got %d.", req.maxTokens)
 	}
-	if c.N != nil && *c.N != 1 {
-		return badRequest("n must be 1: the simulator generates a single choice, got %d.", *c.N)
+	if c.N != nil {
+		if *c.N < 1 || *c.N > maxChoices {
+			return badRequest("n must be from 1 to %d, got %d.", maxChoices, *c.N)
+		}
+		req.n = *c.N
+	}
+	switch {
+	case c.TopLogprobs != nil:
+		req.logprobs = *c.TopLogprobs
+	case len(c.Logprobs) > 0:
+		_ = json.Unmarshal(c.Logprobs, &req.logprobs) // chat's boolean leaves it 0
 	}
 	req.stream = c.Stream != nil && *c.Stream
 	if c.StreamOptions != nil {
@@ -226,50 +263,41 @@ func contentText(raw json.RawMessage) (string, error) {
 	return strings.Join(texts, "\n"), nil
 }
 
-// completionPrompt counts a completions prompt, in each of the four shapes vLLM accepts, and
-// returns the text where directives are read: the prompt, or the last string of an array.
-func completionPrompt(raw json.RawMessage) (tokens int, text string, err error) {
+// maxChoices bounds n × prompts, so that a request cannot make the simulator hold much.
+const maxChoices = 128
+
+// completionPrompt counts a completions prompt, in each of the four shapes vLLM accepts: one
+// count per prompt (an array of strings or of token-id lists is several prompts, each answered
+// by its own choices). It returns the text where directives are read: the prompt, or the last
+// string of an array.
+func completionPrompt(raw json.RawMessage) (tokens []int, text string, err error) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return 0, "", badRequest("prompt: Field required")
+		return nil, "", badRequest("prompt: Field required")
 	}
 	var one string
 	if json.Unmarshal(raw, &one) == nil {
-		return len(strings.Fields(one)), one, nil
+		return []int{len(strings.Fields(one))}, one, nil
 	}
 	var many []string
 	if json.Unmarshal(raw, &many) == nil {
-		if len(many) == 0 {
-			return 0, "", badRequest("prompt: the list must not be empty")
+		if len(many) == 0 || len(many) > maxChoices {
+			return nil, "", badRequest("prompt: the list must hold from 1 to %d prompts", maxChoices)
 		}
 		for _, p := range many {
-			tokens += len(strings.Fields(p))
+			tokens = append(tokens, len(strings.Fields(p)))
 		}
 		return tokens, many[len(many)-1], nil
 	}
 	var ids []int
 	if json.Unmarshal(raw, &ids) == nil {
-		return len(ids), "", nil
+		return []int{len(ids)}, "", nil
 	}
 	var batches [][]int
-	if json.Unmarshal(raw, &batches) == nil {
+	if json.Unmarshal(raw, &batches) == nil && len(batches) > 0 && len(batches) <= maxChoices {
 		for _, b := range batches {
-			tokens += len(b)
+			tokens = append(tokens, len(b))
 		}
 		return tokens, "", nil
 	}
-	return 0, "", badRequest("prompt: Input should be a valid string, list of strings, list of token ids or list of lists of token ids")
-}
-
-// checkContext refuses a request that cannot fit the model's context, with vLLM's message.
-func (req *request) checkContext() error {
-	limit := req.model.ContextLength
-	if limit <= 0 || req.promptTokens+req.maxTokens <= limit {
-		return nil
-	}
-	where := "messages"
-	if req.endpoint == endpointCompletions {
-		where = "prompt"
-	}
-	return badRequest("This model's maximum context length is %d tokens. However, you requested %d tokens (%d in the %s, %d in the completion). Please reduce the length of the %s or completion.",
-		limit, req.promptTokens+req.maxTokens, req.promptTokens, where, req.maxTokens, where)
+	return nil, "", badRequest("prompt: Input should be a valid string, list of strings, list of token ids or list of lists of token ids")
 }

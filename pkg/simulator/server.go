@@ -11,16 +11,25 @@ type Model struct {
 	Name                     string // served model name, e.g. "Qwen/Qwen3-32B"
 	ContextLength            int    // prompt plus completion tokens allowed; 0 means no limit
 	RejectRequiredToolChoice bool   // answer tool_choice "required" with 500 plain text (as qwen3-32b on vLLM does)
+	// Server is the software the model is served by: VLLM when empty, or SGLang.
+	Server Software
+	// CachedTokens is the server's cache-report flag (vLLM --enable-prompt-tokens-details,
+	// SGLang --enable-cache-report): without it usage never reports cached prompt tokens.
+	CachedTokens bool
 }
 
 // Config is what New needs.
 type Config struct {
 	Models []Model
 	Now    func() time.Time // for "created"; time.Now when nil
+	// Server shapes the errors no model answers (an unknown path or model, a body that does not
+	// parse): VLLM when empty.
+	Server Software
 }
 
 // Server is the simulated model server. It implements http.Handler and is safe for concurrent use.
 type Server struct {
+	server   Software
 	models   map[string]Model
 	names    []string // in Config order, for /v1/models
 	now      func() time.Time
@@ -33,11 +42,17 @@ const maxBody = 16 << 20
 
 // New returns a Server for cfg. When two models share a name, the last one wins.
 func New(cfg Config) *Server {
-	s := &Server{models: make(map[string]Model, len(cfg.Models)), now: cfg.Now}
+	s := &Server{server: cfg.Server, models: make(map[string]Model, len(cfg.Models)), now: cfg.Now}
 	if s.now == nil {
 		s.now = time.Now
 	}
+	if s.server == "" {
+		s.server = VLLM
+	}
 	for _, m := range cfg.Models {
+		if m.Server == "" {
+			m.Server = VLLM
+		}
 		if _, dup := s.models[m.Name]; !dup {
 			s.names = append(s.names, m.Name)
 		}
@@ -61,32 +76,32 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/v1/completions":
 		s.inference(w, r, endpointCompletions)
 	case "/v1/models":
-		if !allow(w, r, http.MethodGet) {
+		if !s.allow(w, r, http.MethodGet) {
 			return
 		}
 		s.listModels(w)
 	case "/health":
-		if !allow(w, r, http.MethodGet) {
+		if !s.allow(w, r, http.MethodGet) {
 			return
 		}
 		w.WriteHeader(http.StatusOK)
 	default:
-		writeError(w, http.StatusNotFound, "Not Found")
+		writeError(w, s.server, http.StatusNotFound, "Not Found")
 	}
 }
 
 // allow answers 405 unless r uses method (or HEAD for GET).
-func allow(w http.ResponseWriter, r *http.Request, method string) bool {
+func (s *Server) allow(w http.ResponseWriter, r *http.Request, method string) bool {
 	if r.Method == method || (method == http.MethodGet && r.Method == http.MethodHead) {
 		return true
 	}
 	w.Header().Set("Allow", method)
-	writeError(w, http.StatusMethodNotAllowed, "Method Not Allowed")
+	writeError(w, s.server, http.StatusMethodNotAllowed, "Method Not Allowed")
 	return false
 }
 
 func (s *Server) inference(w http.ResponseWriter, r *http.Request, ep endpoint) {
-	if !allow(w, r, http.MethodPost) {
+	if !s.allow(w, r, http.MethodPost) {
 		return
 	}
 	seq := s.requests.Add(1)
@@ -94,9 +109,9 @@ func (s *Server) inference(w http.ResponseWriter, r *http.Request, ep endpoint) 
 	// Deferred so that it also runs when drop_after aborts the handler with a panic.
 	defer s.active.Add(-1)
 
-	req, err := s.parse(r, ep)
+	req, server, err := s.parse(r, ep)
 	if err != nil {
-		writeRequestError(w, err)
+		writeRequestError(w, server, err)
 		return
 	}
 	s.serve(w, r, req, seq)
@@ -126,7 +141,7 @@ func (s *Server) listModels(w http.ResponseWriter) {
 			ID:          m.Name,
 			Object:      "model",
 			Created:     created,
-			OwnedBy:     "vllm",
+			OwnedBy:     string(m.Server),
 			Root:        m.Name,
 			MaxModelLen: m.ContextLength,
 		})

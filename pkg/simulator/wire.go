@@ -25,16 +25,20 @@ type chatChoice struct {
 }
 
 type chatMessage struct {
-	Role      string     `json:"role"`
-	Content   *string    `json:"content"` // null for a tool call
-	Refusal   *string    `json:"refusal"` // always null
-	ToolCalls []toolCall `json:"tool_calls,omitempty"`
+	Role             string     `json:"role"`
+	Content          *string    `json:"content"` // null for a tool call
+	Refusal          *string    `json:"refusal"` // always null
+	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
+	Reasoning        *string    `json:"reasoning,omitempty"`         // vLLM
+	ReasoningContent *string    `json:"reasoning_content,omitempty"` // SGLang
 }
 
 type chatDelta struct {
-	Role      string     `json:"role,omitempty"`
-	Content   *string    `json:"content,omitempty"`
-	ToolCalls []toolCall `json:"tool_calls,omitempty"`
+	Role             string     `json:"role,omitempty"`
+	Content          *string    `json:"content,omitempty"`
+	Reasoning        *string    `json:"reasoning,omitempty"`         // vLLM
+	ReasoningContent *string    `json:"reasoning_content,omitempty"` // SGLang
+	ToolCalls        []toolCall `json:"tool_calls,omitempty"`
 }
 
 // toolCall is a tool call in a message, or a fragment of one in a delta (with Index).
@@ -76,4 +80,56 @@ type usage struct {
 
 type promptTokensDetails struct {
 	CachedTokens int `json:"cached_tokens"`
+}
+
+// SGLang's chunks, as pydantic's model_dump_json writes them: every field, null when unset
+// (python/sglang/srt/entrypoints/openai/serving_chat.py, protocol.py).
+type sglangChatChunk struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []sglangChatChoice `json:"choices"`
+	Usage   *sglangUsage       `json:"usage"`
+}
+
+// sglangUsage is SGLang's UsageInfo with its null details: "prompt_tokens_details": null when
+// no cached tokens are reported.
+type sglangUsage struct {
+	PromptTokens        int                  `json:"prompt_tokens"`
+	TotalTokens         int                  `json:"total_tokens"`
+	CompletionTokens    int                  `json:"completion_tokens"`
+	PromptTokensDetails *promptTokensDetails `json:"prompt_tokens_details"`
+}
+
+type sglangChatChoice struct {
+	Index        int         `json:"index"`
+	Delta        sglangDelta `json:"delta"`
+	Logprobs     *struct{}   `json:"logprobs"`
+	FinishReason *string     `json:"finish_reason"`
+	MatchedStop  *string     `json:"matched_stop"`
+}
+
+type sglangDelta struct {
+	Role             *string    `json:"role"`
+	Content          *string    `json:"content"`
+	ReasoningContent *string    `json:"reasoning_content"`
+	ToolCalls        []toolCall `json:"tool_calls"`
+}
+
+type sglangTextChunk struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []sglangTextChoice `json:"choices"`
+	Usage   *usage             `json:"usage"`
+}
+
+type sglangTextChoice struct {
+	Index        int       `json:"index"`
+	Text         string    `json:"text"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+	MatchedStop  *string   `json:"matched_stop"`
 }

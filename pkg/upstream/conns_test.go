@@ -105,7 +105,7 @@ func TestConnectionsAreKeptAlive(t *testing.T) {
 	p, m, cs := onePool(t, srv.URL+"/v1")
 	ctx := context.Background()
 	for i := range 20 {
-		resp, err := p.Do(ctx, m, "/json", func(catalog.Backend) []byte { return []byte(fmt.Sprint(i)) })
+		resp, err := p.Do(ctx, Call{Model: m, Path: "/json", Body: func(catalog.Backend) []byte { return []byte(fmt.Sprint(i)) }, OrgID: "org_a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func TestConnectionsAreKeptAlive(t *testing.T) {
 	// Requests too large to be written before their answer is read keep the connection too.
 	large := make([]byte, 100<<10)
 	for range 30 {
-		resp, err := p.Do(ctx, m, "/len", func(catalog.Backend) []byte { return large })
+		resp, err := p.Do(ctx, Call{Model: m, Path: "/len", Body: func(catalog.Backend) []byte { return large }, OrgID: "org_a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -139,7 +139,7 @@ func TestConnectionsAreKeptAlive(t *testing.T) {
 	}
 
 	for range 3 {
-		resp, err := p.Do(ctx, m, "/stream", body)
+		resp, err := p.Do(ctx, Call{Model: m, Path: "/stream", Body: body, OrgID: "org_a"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -160,7 +160,7 @@ func TestConnectionsAreKeptAlive(t *testing.T) {
 		t.Fatalf("streams closed at [DONE] opened %d connections, want 1", n)
 	}
 
-	resp, err := p.Do(ctx, m, "/endless", body)
+	resp, err := p.Do(ctx, Call{Model: m, Path: "/endless", Body: body, OrgID: "org_a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,7 +226,7 @@ const okReply = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}"
 
 func doOK(t *testing.T, p *Pool, m *catalog.Model) {
 	t.Helper()
-	resp, err := p.Do(context.Background(), m, "/x", body)
+	resp, err := p.Do(context.Background(), Call{Model: m, Path: "/x", Body: body, OrgID: "org_a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestConcurrentRequests(t *testing.T) {
 		wg.Go(func() {
 			for i := range 30 {
 				id := fmt.Sprintf("%d-%d", g, i)
-				resp, err := p.Do(context.Background(), m, "/x", func(catalog.Backend) []byte { return []byte(id) })
+				resp, err := p.Do(context.Background(), Call{Model: m, Path: "/x", Body: func(catalog.Backend) []byte { return []byte(id) }, OrgID: "org_a"})
 				if err != nil {
 					t.Error(err)
 					return
@@ -360,7 +360,7 @@ func TestHTTPSBackendsUseTheTransport(t *testing.T) {
 		t.Fatal("an https:// backend is not sent through the transport")
 	}
 	be.transport.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
-	resp, err := p.Do(context.Background(), c.Models[0], "/x", body)
+	resp, err := p.Do(context.Background(), Call{Model: c.Models[0], Path: "/x", Body: body, OrgID: "org_a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -407,7 +407,7 @@ func TestEarlyAnswerToALargeBody(t *testing.T) {
 			big := make([]byte, 16<<20)
 			for range 3 {
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				resp, err := p.Do(ctx, c.Models[0], "/x", func(catalog.Backend) []byte { return big })
+				resp, err := p.Do(ctx, Call{Model: c.Models[0], Path: "/x", Body: func(catalog.Backend) []byte { return big }, OrgID: "org_a"})
 				if err != nil {
 					cancel()
 					t.Fatalf("the backend's early answer was lost: %v", err)
@@ -444,7 +444,7 @@ func TestLeftCallerSendsNothing(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	for range 50 {
-		if _, err := p.Do(ctx, m, "/x", body); !errors.Is(err, context.Canceled) {
+		if _, err := p.Do(ctx, Call{Model: m, Path: "/x", Body: body, OrgID: "org_a"}); !errors.Is(err, context.Canceled) {
 			t.Fatalf("want context.Canceled, got %v", err)
 		}
 	}
@@ -462,7 +462,7 @@ func TestOversizedHeadersAreRefused(t *testing.T) {
 		return "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("x", 2<<20) + "\r\nContent-Length: 2\r\n\r\n{}", true
 	})
 	p, m, _ := onePool(t, url)
-	if _, err := p.Do(context.Background(), m, "/x", body); !errors.Is(err, errHeadersTooLarge) {
+	if _, err := p.Do(context.Background(), Call{Model: m, Path: "/x", Body: body, OrgID: "org_a"}); !errors.Is(err, errHeadersTooLarge) {
 		t.Fatalf("want errHeadersTooLarge, got %v", err)
 	}
 	url, _ = rawServer(t, func(int, *http.Request) (string, bool) {
@@ -483,7 +483,7 @@ func TestCloseDuringRead(t *testing.T) {
 	p, m, cs := onePool(t, srv.URL+"/v1")
 	for _, byCancel := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(context.Background())
-		resp, err := p.Do(ctx, m, "/x", body)
+		resp, err := p.Do(ctx, Call{Model: m, Path: "/x", Body: body, OrgID: "org_a"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -130,44 +130,72 @@ func New(c *catalog.Catalog, opt Options) *Pool {
 	return p
 }
 
+// Call is one request to a model's backends.
+type Call struct {
+	Model *catalog.Model
+	Path  string // below the backend's /v1 base, e.g. "/chat/completions"
+	// Body builds the request body for the chosen backend (its model name and capabilities differ).
+	Body func(catalog.Backend) []byte
+	// OrgID is the organization the request is for. A backend's breaker opens on an error
+	// status only when more than one organization has seen it (see breaker), so that one
+	// organization's requests can never make a backend unavailable to the others.
+	OrgID string
+}
+
 // Response is a backend's answer whose headers have arrived. The caller must close Body.
 type Response struct {
 	*http.Response
 	Backend catalog.Backend
 	pool    *Pool
+	orgID   string
 }
 
-// Failed records a failure that happened after the headers (a broken stream), so that the
-// backend's breaker counts it.
+// Failed records a failure that happened after the headers (a broken stream, a body that is not
+// what the status promised), so that the backend's breaker counts it. It says the backend itself
+// is unhealthy, whoever asked.
 func (r *Response) Failed() {
 	if be := r.pool.backends[r.Backend.Name]; be != nil {
-		be.breaker.failure(r.pool.opt.Now(), r.pool.opt)
+		be.breaker.failure(r.pool.opt.Now(), r.pool.opt, failureUnhealthy, "")
 	}
 }
 
-// Do POSTs to path (e.g. "/chat/completions") on a healthy backend of model and returns once the
-// response headers arrive. body builds the request body for the chosen backend (its model name
-// and capabilities differ). A failure before any byte reached a backend is retried once on another
-// healthy backend; nothing else is retried. Statuses are returned as they are: 5xx and 429 count
-// against the backend's health, and the caller decides what the client sees.
-func (p *Pool) Do(ctx context.Context, model *catalog.Model, path string, body func(catalog.Backend) []byte) (*Response, error) {
+// StreamStatus records an error a backend sent inside a stream it had answered with 200 (vLLM and
+// SGLang report errors they meet once generation started as an error event that names a status):
+// the breaker counts it as it counts that status in an answer's headers.
+func (r *Response) StreamStatus(status int) {
+	be := r.pool.backends[r.Backend.Name]
+	if be == nil {
+		return
+	}
+	if kind, failed := statusFailure(status); failed {
+		be.breaker.failure(r.pool.opt.Now(), r.pool.opt, kind, r.orgID)
+	}
+}
+
+// Do POSTs call to a healthy backend of its model and returns once the response headers arrive.
+// A failure before any byte reached a backend is retried once on another healthy backend; nothing
+// else is retried. Statuses are returned as they are, and the caller decides what the client sees;
+// the breaker counts refused, reset and timed-out connections, 502, 503 and 504 against the
+// backend, and 429 and other 5xx only once two organizations have seen them (501, "not
+// implemented", is an answer about the request, never a failure).
+func (p *Pool) Do(ctx context.Context, call Call) (*Response, error) {
 	now := p.opt.Now()
-	first := p.pick(model, now, "")
+	first := p.pick(call.Model, now, "")
 	if first == nil {
 		return nil, ErrUnavailable
 	}
-	resp, sent, err := p.send(ctx, first, path, body)
+	resp, sent, err := p.send(ctx, first, call)
 	if err == nil {
 		return resp, nil
 	}
 	if sent || ctx.Err() != nil {
 		return nil, err
 	}
-	second := p.pick(model, p.opt.Now(), first.cfg.Name)
+	second := p.pick(call.Model, p.opt.Now(), first.cfg.Name)
 	if second == nil {
 		return nil, err
 	}
-	resp, _, err = p.send(ctx, second, path, body)
+	resp, _, err = p.send(ctx, second, call)
 	return resp, err
 }
 
@@ -188,29 +216,46 @@ func (p *Pool) pick(model *catalog.Model, now time.Time, skip string) *backend {
 	return nil
 }
 
-func (p *Pool) send(ctx context.Context, be *backend, path string, body func(catalog.Backend) []byte) (*Response, bool, error) {
+func (p *Pool) send(ctx context.Context, be *backend, call Call) (*Response, bool, error) {
 	var resp *http.Response
 	var sent bool
 	var err error
 	if be.conns != nil {
-		resp, sent, err = be.conns.roundTrip(ctx, path, body(be.cfg))
+		resp, sent, err = be.conns.roundTrip(ctx, call.Path, call.Body(be.cfg))
 	} else {
-		resp, sent, err = be.roundTrip(ctx, path, body)
+		resp, sent, err = be.roundTrip(ctx, call.Path, call.Body)
 	}
 	if err != nil {
 		if ctx.Err() == nil {
-			be.breaker.failure(p.opt.Now(), p.opt)
+			be.breaker.failure(p.opt.Now(), p.opt, failureUnhealthy, call.OrgID)
 		} else {
 			be.breaker.abandon() // the caller left: this says nothing of the backend
 		}
 		return nil, sent, &Error{Backend: be.cfg.Name, Err: err}
 	}
-	if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-		be.breaker.failure(p.opt.Now(), p.opt)
+	if kind, failed := statusFailure(resp.StatusCode); failed {
+		be.breaker.failure(p.opt.Now(), p.opt, kind, call.OrgID)
 	} else {
 		be.breaker.success()
 	}
-	return &Response{Response: resp, Backend: be.cfg, pool: p}, true, nil
+	return &Response{Response: resp, Backend: be.cfg, pool: p, orgID: call.OrgID}, true, nil
+}
+
+// statusFailure classifies a backend's status for its breaker. 502, 503 and 504 come from the
+// server (or a proxy in front of it) about itself: unhealthy whoever asked. 429 and the other
+// 5xx may be about the request (qwen3-32b on vLLM answers some tool_choice values with 500):
+// they count only across organizations. 501 is vLLM's "not implemented" for a feature the request
+// asked for, and 4xx are the request's own errors: the backend is working.
+func statusFailure(status int) (failureKind, bool) {
+	switch {
+	case status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout:
+		return failureUnhealthy, true
+	case status == http.StatusNotImplemented:
+		return 0, false
+	case status >= 500 || status == http.StatusTooManyRequests:
+		return failureAnswered, true
+	}
+	return 0, false
 }
 
 // roundTrip sends a request through the backend's transport.
@@ -288,11 +333,30 @@ func (p *Pool) Healthy(name string, now time.Time) bool {
 	return be != nil && be.breaker.peek(now)
 }
 
-// breaker is a consecutive-failure circuit breaker: closed until FailureThreshold failures in a
-// row, then open for OpenFor, then half-open: one trial request decides.
+// failureKind is what a failure says about a backend.
+type failureKind int
+
+const (
+	// failureUnhealthy is evidence against the backend itself: a refused, reset or timed-out
+	// connection, a broken stream, 502, 503 or 504.
+	failureUnhealthy failureKind = iota
+	// failureAnswered is an error status the backend chose to send (500, 429): it may be about
+	// the request that drew it, so it counts only once a second organization has seen one.
+	failureAnswered
+)
+
+// breaker is a consecutive-failure circuit breaker that cannot be opened by one tenant: closed
+// until FailureThreshold failures in a row, of which at least one says the backend is unhealthy or
+// which two organizations have drawn; then open for OpenFor; then half-open: one trial request
+// decides. A success anywhere closes it. A failed trial opens it again only on the same evidence
+// gathered afresh, so one organization whose requests keep failing cannot keep the backend from
+// the others.
 type breaker struct {
 	mu        sync.Mutex
 	failures  int
+	unhealthy bool      // the run of failures holds a failureUnhealthy
+	orgs      [2]string // the first two organizations that drew failureAnswered in this run
+	nOrgs     int
 	openUntil time.Time
 	trial     bool // a half-open trial is in flight
 }
@@ -318,7 +382,8 @@ func (b *breaker) peek(now time.Time) bool {
 
 func (b *breaker) success() {
 	b.mu.Lock()
-	b.failures, b.openUntil, b.trial = 0, time.Time{}, false
+	b.failures, b.unhealthy, b.nOrgs = 0, false, 0
+	b.openUntil, b.trial = time.Time{}, false
 	b.mu.Unlock()
 }
 
@@ -328,12 +393,23 @@ func (b *breaker) abandon() {
 	b.mu.Unlock()
 }
 
-func (b *breaker) failure(now time.Time, opt Options) {
+func (b *breaker) failure(now time.Time, opt Options, kind failureKind, orgID string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.failures++
-	if b.trial || b.failures >= opt.FailureThreshold {
+	switch {
+	case kind == failureUnhealthy:
+		b.unhealthy = true
+	case b.nOrgs == 0 || (b.nOrgs == 1 && b.orgs[0] != orgID):
+		b.orgs[b.nOrgs] = orgID
+		b.nOrgs++
+	}
+	evidence := b.unhealthy || b.nOrgs >= 2
+	wasTrial := b.trial
+	b.trial = false
+	if evidence && (wasTrial || b.failures >= opt.FailureThreshold) {
 		b.openUntil = now.Add(opt.OpenFor)
-		b.trial = false
+		// A failed trial opens it again only on evidence of its own.
+		b.unhealthy, b.nOrgs = false, 0
 	}
 }

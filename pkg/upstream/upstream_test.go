@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -60,7 +61,7 @@ func TestRetriesOnAnotherBackendOnlyWhenNothingWasSent(t *testing.T) {
 	c := model(catalog.Backend{Name: "dead", URL: closedURL(t)}, catalog.Backend{Name: "good", URL: good.URL + "/v1"})
 	p := New(c, Options{})
 	for i := range 6 { // round robin starts on each backend in turn
-		resp, err := p.Do(context.Background(), c.Models[0], "/chat/completions", body)
+		resp, err := p.Do(context.Background(), Call{Model: c.Models[0], Path: "/chat/completions", Body: body, OrgID: "org_a"})
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
@@ -86,7 +87,7 @@ func TestRetriesOnAnotherBackendOnlyWhenNothingWasSent(t *testing.T) {
 	p = New(c, Options{})
 	var failures int
 	for range 4 {
-		resp, err := p.Do(context.Background(), c.Models[0], "/chat/completions", body)
+		resp, err := p.Do(context.Background(), Call{Model: c.Models[0], Path: "/chat/completions", Body: body, OrgID: "org_a"})
 		if err != nil {
 			failures++
 			continue
@@ -101,7 +102,7 @@ func TestRetriesOnAnotherBackendOnlyWhenNothingWasSent(t *testing.T) {
 func TestBreakerOpensAndRecovers(t *testing.T) {
 	var hits atomic.Int64
 	status := atomic.Int64{}
-	status.Store(500)
+	status.Store(503)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits.Add(1)
 		w.WriteHeader(int(status.Load()))
@@ -111,15 +112,15 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1"})
 	p := New(c, Options{FailureThreshold: 3, OpenFor: 5 * time.Second, Now: clk.Now})
 	do := func() (*Response, error) {
-		resp, err := p.Do(context.Background(), c.Models[0], "/x", body)
+		resp, err := p.Do(context.Background(), Call{Model: c.Models[0], Path: "/x", Body: body, OrgID: "org_a"})
 		if err == nil {
 			resp.Body.Close()
 		}
 		return resp, err
 	}
 	for range 3 {
-		if resp, err := do(); err != nil || resp.StatusCode != 500 {
-			t.Fatalf("want the 500 through: %v", err)
+		if resp, err := do(); err != nil || resp.StatusCode != 503 {
+			t.Fatalf("want the 503 through: %v", err)
 		}
 	}
 	if _, err := do(); !errors.Is(err, ErrUnavailable) {
@@ -130,7 +131,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	}
 	clk.Add(5 * time.Second)
 	// Half-open: one trial. It fails, so the breaker opens again.
-	if resp, err := do(); err != nil || resp.StatusCode != 500 {
+	if resp, err := do(); err != nil || resp.StatusCode != 503 {
 		t.Fatalf("trial: %v", err)
 	}
 	if _, err := do(); !errors.Is(err, ErrUnavailable) {
@@ -151,6 +152,137 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 	}
 }
 
+// TestBreakerIsTenantSafe checks contract section 3: one organization's requests that draw
+// error statuses never make a backend unavailable to another organization, while failures that
+// say the backend itself is unhealthy (refused connections, 503) open it for everyone, and 500s
+// that two organizations draw open it too.
+func TestBreakerIsTenantSafe(t *testing.T) {
+	// The backend answers a request with the status its body names: {"status":500}.
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var status int
+		if _, err := fmt.Sscanf(string(b), `{"status":%d}`, &status); err != nil || status == 0 {
+			status = 200
+		}
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+	dead := closedURL(t)
+
+	type step struct {
+		org    string
+		status int  // what the body asks for; 0: a plain 200
+		want   int  // the status the caller gets; 0: ErrUnavailable
+		dead   bool // the request goes to the dead backend's model
+	}
+	a500 := step{org: "org_a", status: 500, want: 500}
+	for _, tc := range []struct {
+		name  string
+		steps []step
+	}{
+		{"one organization's 500s leave the backend to the others", []step{
+			a500, a500, a500, a500, a500, a500,
+			{org: "org_b", want: 200},
+			a500, a500, a500,
+			{org: "org_b", want: 200},
+		}},
+		{"one organization's 429s likewise", []step{
+			{org: "org_a", status: 429, want: 429}, {org: "org_a", status: 429, want: 429}, {org: "org_a", status: 429, want: 429}, {org: "org_a", status: 429, want: 429},
+			{org: "org_b", want: 200},
+		}},
+		{"501 is an answer, not a failure", []step{
+			{org: "org_a", status: 501, want: 501}, {org: "org_a", status: 501, want: 501}, {org: "org_a", status: 503, want: 503},
+			{org: "org_a", status: 503, want: 503}, {org: "org_b", want: 200},
+		}},
+		{"500s that two organizations draw open it", []step{
+			a500, a500, {org: "org_b", status: 500, want: 500},
+			{org: "org_c", want: 0},
+		}},
+		{"503s open it for everyone, whoever drew them", []step{
+			{org: "org_a", status: 503, want: 503}, {org: "org_a", status: 503, want: 503}, {org: "org_a", status: 503, want: 503},
+			{org: "org_b", want: 0},
+		}},
+		{"a dead backend is refused quickly for everyone", []step{
+			{org: "org_a", dead: true, want: -1}, {org: "org_a", dead: true, want: -1}, {org: "org_a", dead: true, want: -1},
+			{org: "org_b", dead: true, want: 0}, {org: "org_c", dead: true, want: 0},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := newClock()
+			c := &catalog.Catalog{Version: 1, Models: []*catalog.Model{
+				{ID: "m", Backends: []catalog.Backend{{Name: "b", URL: srv.URL + "/v1", Model: "m"}}},
+				{ID: "dead", Backends: []catalog.Backend{{Name: "d", URL: dead, Model: "dead"}}},
+			}}
+			p := New(c, Options{FailureThreshold: 3, OpenFor: 5 * time.Second, Now: clk.Now})
+			for i, st := range tc.steps {
+				m := c.Models[0]
+				if st.dead {
+					m = c.Models[1]
+				}
+				payload := []byte(fmt.Sprintf(`{"status":%d}`, st.status))
+				resp, err := p.Do(context.Background(), Call{Model: m, Path: "/x", Body: func(catalog.Backend) []byte { return payload }, OrgID: st.org})
+				switch {
+				case st.want == 0:
+					if !errors.Is(err, ErrUnavailable) {
+						t.Fatalf("step %d (%s): %v, want ErrUnavailable", i, st.org, err)
+					}
+				case st.want == -1:
+					var ue *Error
+					if !errors.As(err, &ue) {
+						t.Fatalf("step %d (%s): %v, want a connection error", i, st.org, err)
+					}
+				default:
+					if err != nil {
+						t.Fatalf("step %d (%s): %v, want status %d", i, st.org, err, st.want)
+					}
+					resp.Body.Close()
+					if resp.StatusCode != st.want {
+						t.Fatalf("step %d (%s): status %d, want %d", i, st.org, resp.StatusCode, st.want)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestBreakerTrialNeedsFreshEvidence checks that once open, a trial that one organization's
+// request fails with a 500 does not shut the backend again for the others: the next request
+// gets a trial of its own.
+func TestBreakerTrialNeedsFreshEvidence(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		if string(b) == "fail" {
+			w.WriteHeader(500)
+			return
+		}
+		w.WriteHeader(200)
+	}))
+	defer srv.Close()
+	clk := newClock()
+	c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1"})
+	p := New(c, Options{FailureThreshold: 2, OpenFor: 5 * time.Second, Now: clk.Now})
+	do := func(org, payload string) (int, error) {
+		resp, err := p.Do(context.Background(), Call{Model: c.Models[0], Path: "/x", Body: func(catalog.Backend) []byte { return []byte(payload) }, OrgID: org})
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	_, _ = do("org_a", "fail")
+	_, _ = do("org_b", "fail")
+	if _, err := do("org_c", "ok"); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("after 500s from two organizations: %v, want ErrUnavailable", err)
+	}
+	clk.Add(5 * time.Second)
+	if s, err := do("org_a", "fail"); err != nil || s != 500 {
+		t.Fatalf("trial: %d %v", s, err)
+	}
+	if s, err := do("org_c", "ok"); err != nil || s != 200 {
+		t.Fatalf("after org_a's failed trial: %d %v, want org_c served", s, err)
+	}
+}
+
 func TestAbandonedTrialDoesNotWedgeTheBreaker(t *testing.T) {
 	block := make(chan struct{})
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -167,11 +299,11 @@ func TestAbandonedTrialDoesNotWedgeTheBreaker(t *testing.T) {
 	c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1"})
 	p := New(c, Options{FailureThreshold: 1, Now: clk.Now})
 	be := p.backends["b"]
-	be.breaker.failure(clk.Now(), p.opt)
+	be.breaker.failure(clk.Now(), p.opt, failureUnhealthy, "")
 	clk.Add(p.opt.OpenFor)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	if _, err := p.Do(ctx, c.Models[0], "/x", body); err == nil {
+	if _, err := p.Do(ctx, Call{Model: c.Models[0], Path: "/x", Body: body, OrgID: "org_a"}); err == nil {
 		t.Fatal("want the caller's timeout")
 	}
 	if !p.Healthy("b", clk.Now()) {
@@ -193,7 +325,7 @@ func TestHeaderTimeoutAndCancellation(t *testing.T) {
 	c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1"})
 	p := New(c, Options{HeaderTimeout: 100 * time.Millisecond})
 	start := time.Now()
-	_, err := p.Do(context.Background(), c.Models[0], "/x", body)
+	_, err := p.Do(context.Background(), Call{Model: c.Models[0], Path: "/x", Body: body, OrgID: "org_a"})
 	var ue *Error
 	if !errors.As(err, &ue) || ue.Backend != "b" {
 		t.Fatalf("want a backend error, got %v", err)
@@ -210,7 +342,7 @@ func TestHeaderTimeoutAndCancellation(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
 	p = New(c, Options{})
-	if _, err := p.Do(ctx, c.Models[0], "/x", body); !errors.Is(err, context.Canceled) {
+	if _, err := p.Do(ctx, Call{Model: c.Models[0], Path: "/x", Body: body, OrgID: "org_a"}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled caller: %v", err)
 	}
 	select {
@@ -228,7 +360,7 @@ func TestBackendAuthorizationFromEnvironment(t *testing.T) {
 	defer srv.Close()
 	c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1", APIKeyEnv: "B_KEY"})
 	p := New(c, Options{Getenv: func(k string) string { return map[string]string{"B_KEY": "s3cret"}[k] }})
-	resp, err := p.Do(context.Background(), c.Models[0], "/x", body)
+	resp, err := p.Do(context.Background(), Call{Model: c.Models[0], Path: "/x", Body: body, OrgID: "org_a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +387,7 @@ func TestRequestBodyIsSentWholeAndThenForgotten(t *testing.T) {
 		}
 		for _, size := range []int{1, 300, 4 << 10, 5 << 20} {
 			sent := bytes.Repeat([]byte{'x'}, size)
-			resp, err := p.Do(context.Background(), c.Models[0], "/x", func(catalog.Backend) []byte { return sent })
+			resp, err := p.Do(context.Background(), Call{Model: c.Models[0], Path: "/x", Body: func(catalog.Backend) []byte { return sent }, OrgID: "org_a"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -315,7 +447,7 @@ func TestRequestSentInOneWrite(t *testing.T) {
 	p := New(c, Options{})
 	sent := append([]byte(`{"model":"m","messages":[{"role":"user","content":"`), bytes.Repeat([]byte{'x'}, 300)...)
 	sent = append(sent, `"}]}`...)
-	resp, err := p.Do(context.Background(), c.Models[0], "/x", func(catalog.Backend) []byte { return sent })
+	resp, err := p.Do(context.Background(), Call{Model: c.Models[0], Path: "/x", Body: func(catalog.Backend) []byte { return sent }, OrgID: "org_a"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +470,7 @@ func TestRedirectIsTheAnswer(t *testing.T) {
 	defer srv.Close()
 	c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1"})
 	p := New(c, Options{})
-	resp, err := p.Do(context.Background(), c.Models[0], "/x", body)
+	resp, err := p.Do(context.Background(), Call{Model: c.Models[0], Path: "/x", Body: body, OrgID: "org_a"})
 	if err != nil {
 		t.Fatal(err)
 	}

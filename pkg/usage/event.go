@@ -22,7 +22,9 @@ const (
 	StatusClientDisconnected Status = "client_disconnected"
 	// StatusUpstreamError: the backend failed, before or during the answer.
 	StatusUpstreamError Status = "upstream_error"
-	// StatusRejected: the request was refused before it reached a backend (validation, unknown model).
+	// StatusRejected: the request was refused as its own fault: by the gateway's checks
+	// (validation, unknown model), or by the backend, before or inside its stream. What a
+	// backend generated before refusing (rarely anything) is billed.
 	StatusRejected Status = "rejected"
 	// StatusSlotLost: the request's in-flight lease could not be renewed, so it was stopped before
 	// the lease expired; what was delivered is billed.

@@ -266,12 +266,12 @@ func chatBody(modelID, content string, stream bool, maxTokens int) string {
 	return fmt.Sprintf(`{"model":%q,%s"max_tokens":%d,"messages":[{"role":"user","content":%q}]}`, modelID, s, maxTokens, content)
 }
 
-// estimatedPrompt is the gateway's documented estimate of a chat prompt (docs/api.md, "Billing
-// of partial answers"): about four bytes a token plus four per message.
+// estimatedPrompt is the gateway's estimate of a chat request's prompt tokens (docs/api.md,
+// "Billing of partial answers"): one token per whitespace-separated word of each message.
 func estimatedPrompt(contents ...string) int64 {
 	var n int64
 	for _, c := range contents {
-		n += 4 + int64(len(c)+3)/4
+		n += int64(len(strings.Fields(c)))
 	}
 	return n
 }
