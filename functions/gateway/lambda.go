@@ -26,19 +26,9 @@ func lambdaHandler(ctx context.Context, cfg config.Config, getenv func(string) s
 	if err != nil {
 		return nil, err
 	}
-	// On Lambda the event is published before the handler returns (the response has already
-	// ended); nothing runs in the background, and the aggregator function's scheduled sweep
-	// publishes whatever a failure left in the outbox.
-	pub, err := local.NewPublisher(ctx, cfg, st, log)
-	if err != nil {
-		st.Close()
-		return nil, err
-	}
-	opt := local.GatewayOptions(cfg, cat, st, getenv, log)
-	if !cfg.FoldsAtSettlement() {
-		opt.Publish = pub.PublishNow
-	}
-	gw, err := gateway.New(opt)
+	// Nothing is published per request: settlement's write to the usage table is the event, and
+	// the table's stream, through the stack's EventBridge Pipe, takes it to the aggregator.
+	gw, err := gateway.New(local.GatewayOptions(cfg, cat, st, getenv, log))
 	if err != nil {
 		st.Close()
 		return nil, err

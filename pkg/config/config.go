@@ -26,9 +26,6 @@ type Config struct {
 	MaxBody          int64         // KILN_MAX_BODY: request body limit in bytes
 	TablePrefix      string        // KILN_TABLE_PREFIX
 	DynamoDBEndpoint string        // KILN_DYNAMODB_ENDPOINT
-	EventBus         string        // KILN_EVENT_BUS
-	EventBridgeURL   string        // KILN_EVENTBRIDGE_ENDPOINT
-	UsageSweep       time.Duration // KILN_USAGE_SWEEP: how often unacknowledged usage events are published again
 	Region           string        // AWS_REGION
 	Simulator        string        // KILN_SIMULATOR_ADDR: start the built-in model simulator there ("" = don't)
 	ConnectTimeout   time.Duration // KILN_BACKEND_CONNECT_TIMEOUT
@@ -71,9 +68,6 @@ func Load(getenv func(string) string) (Config, error) {
 		Keepalive:        dur("KILN_KEEPALIVE", 15*time.Second),
 		TablePrefix:      str("KILN_TABLE_PREFIX", "kiln-"),
 		DynamoDBEndpoint: getenv("KILN_DYNAMODB_ENDPOINT"),
-		EventBus:         getenv("KILN_EVENT_BUS"),
-		EventBridgeURL:   getenv("KILN_EVENTBRIDGE_ENDPOINT"),
-		UsageSweep:       dur("KILN_USAGE_SWEEP", time.Minute),
 		Region:           getenv("AWS_REGION"),
 		Simulator:        getenv("KILN_SIMULATOR_ADDR"),
 		ConnectTimeout:   dur("KILN_BACKEND_CONNECT_TIMEOUT", 10*time.Second),
@@ -117,6 +111,14 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.CacheTTL > 5*time.Second {
 		errs = append(errs, fmt.Errorf("KILN_CACHE_TTL=%s: at most 5s, so that revocations and suspensions reach a running gateway within 5 s", c.CacheTTL))
+	}
+	// The gateway no longer publishes usage events: the usage table is the event (its DynamoDB
+	// stream feeds the aggregator). A setting of the old publisher is refused, so that nobody
+	// believes events still go where it says.
+	for _, name := range []string{"KILN_EVENT_BUS", "KILN_EVENTBRIDGE_ENDPOINT", "KILN_USAGE_SWEEP"} {
+		if getenv(name) != "" {
+			errs = append(errs, fmt.Errorf("%s is no longer read: the gateway publishes nothing per request; usage reaches the aggregator through the usage table's DynamoDB stream (on AWS the stack's EventBridge Pipe; locally the gateway reads the stream itself; the embedded store folds at settlement). Unset it", name))
+		}
 	}
 	if c.LeaseTTL < 3*time.Second {
 		errs = append(errs, fmt.Errorf("KILN_LEASE_TTL=%s: at least 3s", c.LeaseTTL))

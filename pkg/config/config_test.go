@@ -49,3 +49,14 @@ func TestOverrides(t *testing.T) {
 		t.Errorf("%+v, %v", c, err)
 	}
 }
+
+// TestPublisherSettingsRefused: the settings of the usage publisher that the usage table's stream
+// replaced are refused by name, so that nobody believes events still go to a bus.
+func TestPublisherSettingsRefused(t *testing.T) {
+	_, err := Load(env(map[string]string{"KILN_EVENT_BUS": "kiln-usage", "KILN_EVENTBRIDGE_ENDPOINT": "http://127.0.0.1:5000", "KILN_USAGE_SWEEP": "1m"}))
+	for _, name := range []string{"KILN_EVENT_BUS", "KILN_EVENTBRIDGE_ENDPOINT", "KILN_USAGE_SWEEP"} {
+		if err == nil || !strings.Contains(err.Error(), name+" is no longer read") {
+			t.Errorf("%s not refused: %v", name, err)
+		}
+	}
+}

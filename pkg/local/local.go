@@ -79,34 +79,22 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 	defer st.Close()
 
 	if cfg.Simulator != "" {
-		stop, err := startSimulator(cfg.Simulator, cat, log)
+		stop, err := StartSimulator(cfg.Simulator, cat, log)
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
 
-	pub, err := NewPublisher(ctx, cfg, st, log)
+	stopPipe, err := StartUsagePipe(ctx, cfg, st, log)
 	if err != nil {
 		return err
 	}
-	pubCtx, stopPublishing := context.WithCancel(context.WithoutCancel(ctx))
-	published := make(chan struct{})
-	go func() {
-		defer close(published)
-		pub.Run(pubCtx, 5*time.Second)
-	}()
-	// After the gateway: every settlement has handed its event over by then. What the drain
-	// does not publish stays in the outbox for the next start's sweep.
-	defer func() {
-		stopPublishing()
-		<-published
-	}()
+	// After the gateway: every settlement is in the usage table by then, and the pipe reads the
+	// stream to its end before it stops.
+	defer stopPipe()
 
 	opt := GatewayOptions(cfg, cat, st, getenv, log)
-	if !cfg.FoldsAtSettlement() {
-		opt.Publish = pub.Enqueue
-	}
 	// Off Lambda the process outlives its requests: settle off the connection, drain at the end.
 	opt.SettleInBackground = true
 	gw, err := gateway.New(opt)
@@ -172,8 +160,8 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 const settleAfterGrace = 10 * time.Second
 
 // GatewayOptions are the gateway's options as the configuration sets them, the same on Lambda and
-// off it; the caller adds how usage events are published and whether settlement may run in the
-// background.
+// off it; the caller adds whether settlement may run in the background. Nothing is published per
+// request: the usage table (its stream on DynamoDB) carries the events on.
 func GatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, getenv func(string) string, log *slog.Logger) gateway.Options {
 	return gateway.Options{
 		Store:   st,
@@ -192,9 +180,9 @@ func GatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, g
 	}
 }
 
-// startSimulator serves the model simulator on addr for every catalog backend whose URL points
-// there.
-func startSimulator(addr string, cat *catalog.Catalog, log *slog.Logger) (func(), error) {
+// StartSimulator serves the model simulator on addr for every catalog backend whose URL points
+// there, and returns how to stop it.
+func StartSimulator(addr string, cat *catalog.Catalog, log *slog.Logger) (func(), error) {
 	var models []simulator.Model
 	for _, m := range cat.Models {
 		for _, b := range m.Backends {

@@ -21,6 +21,12 @@ const (
 	StatusClientDisconnected Status = "client_disconnected"
 	// StatusUpstreamError: the backend failed, before or during the answer.
 	StatusUpstreamError Status = "upstream_error"
+	// StatusDeadlineExceeded: the function's deadline (less the settle reserve) ended the answer;
+	// what was generated is billed (contract section 6).
+	StatusDeadlineExceeded Status = "deadline_exceeded"
+	// StatusSlotLost: the request's slot lease could not be renewed, so it stopped serving
+	// before the lease expired (contract section 7, fencing); what was generated is billed.
+	StatusSlotLost Status = "slot_lost"
 	// StatusRejected: the request was refused before it reached a backend (validation, unknown model).
 	StatusRejected Status = "rejected"
 )

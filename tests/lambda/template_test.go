@@ -1,15 +1,18 @@
 package lambda
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/neocloud/kiln/pkg/store/dynamo"
+	"github.com/neocloud/kiln/pkg/usage/pipe"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -217,9 +220,39 @@ func TestTemplate(t *testing.T) {
 	if at(sqsEvent, "Type") != "SQS" || fmt.Sprint(at(sqsEvent, "Properties", "FunctionResponseTypes")) != "[ReportBatchItemFailures]" {
 		t.Errorf("aggregator SQS event %v: want FunctionResponseTypes [ReportBatchItemFailures]", sqsEvent)
 	}
-	rule := resourcesOf(tpl, "AWS::Events::Rule")["UsageRule"]
-	if fmt.Sprint(at(rule, "Properties", "EventPattern")) != "map[detail-type:[usage.recorded] source:[kiln.gateway]]" {
-		t.Errorf("usage rule pattern %v", at(rule, "Properties", "EventPattern"))
+	// The pipe: the usage table's stream to the usage queue, through the filter the local
+	// stand-in applies; nothing publishes to a bus.
+	up := resourcesOf(tpl, "AWS::Pipes::Pipe")["UsagePipe"]
+	if fmt.Sprint(at(up, "Properties", "Source")) != "map[Fn::GetAtt:[UsageTable StreamArn]]" ||
+		fmt.Sprint(at(up, "Properties", "Target")) != "map[Fn::GetAtt:[UsageQueue Arn]]" {
+		t.Errorf("UsagePipe from %v to %v: want the usage table's stream to UsageQueue", at(up, "Properties", "Source"), at(up, "Properties", "Target"))
+	}
+	var pattern, want any
+	filters := flatAny(at(up, "Properties", "SourceParameters", "FilterCriteria", "Filters"))
+	if len(filters) != 1 || json.Unmarshal([]byte(fmt.Sprint(at(filters[0], "Pattern"))), &pattern) != nil {
+		t.Errorf("UsagePipe filters %v: want one pattern", filters)
+	}
+	_ = json.Unmarshal([]byte(pipe.FilterPattern), &want)
+	if !reflect.DeepEqual(pattern, want) {
+		t.Errorf("UsagePipe filter %v, want pipe.FilterPattern %s", pattern, pipe.FilterPattern)
+	}
+	if n, _ := at(up, "Properties", "SourceParameters", "DynamoDBStreamParameters", "BatchSize").(int); n < 1 || n > pipe.BatchSize {
+		t.Errorf("UsagePipe batch size %v: an SQS target takes 1 to %d", n, pipe.BatchSize)
+	}
+	if len(resourcesOf(tpl, "AWS::Events::EventBus"))+len(resourcesOf(tpl, "AWS::Events::Rule")) > 0 {
+		t.Error("an event bus or rule: nothing publishes usage events any more")
+	}
+	// Visibility at least 6 × the aggregator's timeout + its batching window; the DLQ keeps
+	// messages longer than the queue.
+	aggTimeout, _ := at(fns["AggregatorFunction"], "Properties", "Timeout").(int)
+	window, _ := at(sqsEvent, "Properties", "MaximumBatchingWindowInSeconds").(int)
+	if v, _ := at(queues["UsageQueue"], "Properties", "VisibilityTimeout").(int); v < 6*aggTimeout+window {
+		t.Errorf("UsageQueue VisibilityTimeout %d under 6 × %d + %d", v, aggTimeout, window)
+	}
+	src, _ := at(queues["UsageQueue"], "Properties", "MessageRetentionPeriod").(int)
+	dead, _ := at(queues[dlqID], "Properties", "MessageRetentionPeriod").(int)
+	if dead <= src {
+		t.Errorf("the dead-letter queue keeps messages %d s, the queue %d s: want the DLQ longer", dead, src)
 	}
 
 	// No wildcard IAM actions anywhere (inline statements; SAM policy templates are scoped by name).
@@ -329,6 +362,13 @@ func TestTemplateTablesMatchStore(t *testing.T) {
 		}
 		if fmt.Sprint(indexes) != fmt.Sprint(wantIndexes) {
 			t.Errorf("%s: indexes %v, store wants %v", name, indexes, wantIndexes)
+		}
+		wantStream := ""
+		if def.StreamSpecification != nil {
+			wantStream = string(def.StreamSpecification.StreamViewType)
+		}
+		if got, _ := at(tb, "StreamSpecification", "StreamViewType").(string); got != wantStream {
+			t.Errorf("%s: stream %q, store wants %q", name, got, wantStream)
 		}
 	}
 }
