@@ -28,7 +28,14 @@ func lambdaHandler(ctx context.Context, cfg config.Config, getenv func(string) s
 	}
 	// Nothing is published per request: settlement's write to the usage table is the event, and
 	// the table's stream, through the stack's EventBridge Pipe, takes it to the aggregator.
-	gw, err := gateway.New(local.GatewayOptions(cfg, cat, st, getenv, log))
+	// The backends' token is read from Secrets Manager here, in the init phase, and re-read
+	// when it is old or a backend refuses it; it is never in the environment.
+	tokens, err := local.BackendTokens(ctx, cfg, log)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	gw, err := gateway.New(local.GatewayOptions(cfg, cat, st, getenv, tokens, log))
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -37,7 +37,13 @@ type Config struct {
 	DemoOrgCredits   string        // KILN_DEMO_CREDITS: credits given to the demo organization at first start
 	ShutdownGrace    time.Duration // KILN_SHUTDOWN_GRACE: how long open streams may finish on SIGTERM
 	SettleReserve    time.Duration // KILN_SETTLE_RESERVE: stop streams this long before a deadline
+	BackendSecret    string        // KILN_BACKEND_SECRET: Secrets Manager secret (name or ARN) of the backends' token
+	MetricsNamespace string        // KILN_METRICS_NAMESPACE: CloudWatch namespace of the per-request metrics; "" writes none
 }
+
+// BackendSecretEnv is the api_key_env name that KILN_BACKEND_SECRET's token stands for: catalog
+// backends that name it get the secret's current value.
+const BackendSecretEnv = "KILN_BACKEND_API_KEY"
 
 // Load reads the configuration through getenv (os.Getenv in main, a map in tests).
 func Load(getenv func(string) string) (Config, error) {
@@ -78,6 +84,8 @@ func Load(getenv func(string) string) (Config, error) {
 		DemoOrgCredits:   str("KILN_DEMO_CREDITS", "10.00"),
 		ShutdownGrace:    dur("KILN_SHUTDOWN_GRACE", 30*time.Second),
 		SettleReserve:    dur("KILN_SETTLE_RESERVE", 5*time.Second),
+		BackendSecret:    getenv("KILN_BACKEND_SECRET"),
+		MetricsNamespace: getenv("KILN_METRICS_NAMESPACE"),
 	}
 	def := StoreSQLite
 	if c.OnLambda {

@@ -24,6 +24,7 @@ import (
 	"github.com/neocloud/kiln/pkg/config"
 	"github.com/neocloud/kiln/pkg/gateway"
 	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/secret"
 	"github.com/neocloud/kiln/pkg/simulator"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/upstream"
@@ -94,7 +95,11 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 	// stream to its end before it stops.
 	defer stopPipe()
 
-	opt := GatewayOptions(cfg, cat, st, getenv, log)
+	tokens, err := BackendTokens(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	opt := GatewayOptions(cfg, cat, st, getenv, tokens, log)
 	// Off Lambda the process outlives its requests: settle off the connection, drain at the end.
 	opt.SettleInBackground = true
 	gw, err := gateway.New(opt)
@@ -162,7 +167,7 @@ const settleAfterGrace = 10 * time.Second
 // GatewayOptions are the gateway's options as the configuration sets them, the same on Lambda and
 // off it; the caller adds whether settlement may run in the background. Nothing is published per
 // request: the usage table (its stream on DynamoDB) carries the events on.
-func GatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, getenv func(string) string, log *slog.Logger) gateway.Options {
+func GatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, getenv func(string) string, tokens map[string]upstream.TokenSource, log *slog.Logger) gateway.Options {
 	return gateway.Options{
 		Store:   st,
 		Catalog: cat,
@@ -170,6 +175,7 @@ func GatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, g
 			ConnectTimeout: cfg.ConnectTimeout,
 			HeaderTimeout:  cfg.HeaderTimeout,
 			Getenv:         getenv,
+			Tokens:         tokens,
 		}),
 		Logger:        log,
 		MaxBody:       cfg.MaxBody,
@@ -251,4 +257,18 @@ func printTry(out io.Writer, base, model, key string) {
 		"    -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"system\", \"content\": \"Answer briefly.\"}, {\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 800}'\n\n",
 		base, key, model)
 	fmt.Fprintf(out, "OpenAI SDKs: base URL %s, the key above. Ctrl-C stops the gateway.\n", base)
+}
+
+// BackendTokens opens the backends' token in Secrets Manager that KILN_BACKEND_SECRET names (read
+// once now, then cached and re-read as pkg/secret says); catalog backends whose api_key_env is
+// KILN_BACKEND_API_KEY take it. Without the setting the tokens come from the environment.
+func BackendTokens(ctx context.Context, cfg config.Config, log *slog.Logger) (map[string]upstream.TokenSource, error) {
+	if cfg.BackendSecret == "" {
+		return nil, nil
+	}
+	src, err := secret.Open(ctx, cfg.BackendSecret, cfg.Region, secret.Options{Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("backend secret (KILN_BACKEND_SECRET): %w", err)
+	}
+	return map[string]upstream.TokenSource{config.BackendSecretEnv: src}, nil
 }

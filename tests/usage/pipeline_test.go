@@ -375,7 +375,7 @@ func lambdaGateway(t *testing.T, env map[string]string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(local.GatewayOptions(cfg, cat, st, getenv, log))
+	gw, err := gateway.New(local.GatewayOptions(cfg, cat, st, getenv, nil, log))
 	if err != nil {
 		t.Fatal(err)
 	}
