@@ -257,6 +257,7 @@ func (x *exchange) unanswered(ctx context.Context, err error) {
 		x.meter.billable = true  // the backend may have started: bill the prompt, estimated
 	case errors.Is(err, upstream.ErrUnavailable):
 		x.fail(errUnavailable(x.req.model.ID))
+	case x.deadlinePassed(ctx):
 	default:
 		var ue *upstream.Error
 		if errors.As(err, &ue) {

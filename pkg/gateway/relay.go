@@ -105,6 +105,9 @@ func putAnswerBuffers(bufs ...*bytes.Buffer) {
 }
 
 func (x *exchange) badBackendBody(ctx context.Context, reason string, err error) {
+	if x.deadlinePassed(ctx) {
+		return
+	}
 	x.g.log.LogAttrs(ctx, slog.LevelWarn, "bad backend answer", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
 	x.event.Status = usage.StatusUpstreamError
 	x.event.HTTPStatus = http.StatusBadGateway
@@ -327,8 +330,10 @@ func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s
 		x.event.Status = usage.StatusCompleted
 	default:
 		code, msg := "upstream_stream_error", "The model backend failed while streaming the response. The part generated so far is billed."
+		x.event.Status = usage.StatusUpstreamError
 		if ctx.Err() != nil {
 			code, msg = "deadline_exceeded", "The response reached the gateway's time limit and was cut. The part generated so far is billed."
+			x.event.Status = usage.StatusDeadlineExceeded
 		} else {
 			resp.Failed()
 			attrs := []slog.Attr{slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend)}
@@ -340,7 +345,6 @@ func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s
 		body := openai.Error{Message: msg, Type: "server_error", Code: code}.AppendJSON(nil)
 		s.write(openai.AppendData(nil, body))
 		s.flush()
-		x.event.Status = usage.StatusUpstreamError
 	}
 }
 

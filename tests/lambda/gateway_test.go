@@ -511,7 +511,7 @@ func TestDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cut request not settled: %v", err)
 	}
-	if ev.CompletionTokens <= 0 || ev.Cost <= 0 || ev.Status != usage.StatusUpstreamError {
+	if ev.CompletionTokens <= 0 || ev.Cost <= 0 || ev.Status != usage.StatusDeadlineExceeded {
 		t.Errorf("usage of the cut request: %+v", ev)
 	}
 	ledger, err := s.store.Ledger(ctx, orgID)
@@ -526,5 +526,27 @@ func TestDeadline(t *testing.T) {
 	}
 	if !debited {
 		t.Errorf("no debit of %s for %s in the ledger: %+v", ev.Cost, gen, ledger)
+	}
+}
+
+// TestDeadlineShorterThanReserve: an invocation whose deadline is shorter than the settle reserve
+// is answered at once with a clear 503 deadline_exceeded (contract section 6), never a 502 that
+// blames a backend the gateway did not call; it is recorded with that status.
+func TestDeadlineShorterThanReserve(t *testing.T) {
+	s := startGateway(t)
+	inv := s.fn.invoke(t, functionURLEvent(t, request{
+		method: "POST", path: "/v1/chat/completions", headers: s.auth(),
+		body: chat("qwen3-32b", "hello", 5, false),
+	}), settleReserve/2)
+	p := checkStreamed(t, inv)
+	if p.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(inv.body), `"code":"deadline_exceeded"`) {
+		t.Fatalf("status %d, body %s: want 503 deadline_exceeded", p.StatusCode, truncate(inv.body))
+	}
+	if n := s.sim.count(); n != 0 {
+		t.Errorf("the backend was called %d times", n)
+	}
+	ev, err := s.store.Generation(context.Background(), orgID, header(p, "X-Neocloud-Generation-Id"))
+	if err != nil || ev.Status != usage.StatusDeadlineExceeded || ev.HTTPStatus != http.StatusServiceUnavailable {
+		t.Errorf("usage event %+v (%v): want status deadline_exceeded, http_status 503", ev, err)
 	}
 }
