@@ -43,6 +43,9 @@ type Options struct {
 	SettleRetryFor time.Duration
 	Now            func() time.Time
 
+	// Metrics receives every settled request and refused admission (metrics.go). Optional.
+	Metrics *Metrics
+
 	// Publish receives every settled usage event, after the response ended. Optional.
 	Publish func(context.Context, usage.Event)
 

@@ -81,6 +81,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*
 	// 5, 6. Credits and an in-flight slot, in one store call.
 	lease, err := g.opt.Store.Admit(ctx, store.AdmitRequest{OrgID: p.OrgID, HolderID: genID, Now: started, TTL: g.opt.LeaseTTL})
 	if err != nil {
+		g.opt.Metrics.Refused(err, p.OrgID, started)
 		switch {
 		case errors.Is(err, store.ErrSuspended):
 			writeError(w, errSuspended)
@@ -380,6 +381,7 @@ func (x *exchange) settle(reqCtx context.Context) {
 		attrs = append(attrs, slog.Bool("already_applied", true))
 	}
 	g.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+	g.opt.Metrics.Request(x.event, now)
 	g.settled(x.event.GenerationID)
 	if g.opt.Publish != nil && !res.AlreadyApplied {
 		g.opt.Publish(ctx, x.event)

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -168,7 +169,13 @@ const settleAfterGrace = 10 * time.Second
 // off it; the caller adds whether settlement may run in the background. Nothing is published per
 // request: the usage table (its stream on DynamoDB) carries the events on.
 func GatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, getenv func(string) string, tokens map[string]upstream.TokenSource, log *slog.Logger) gateway.Options {
+	var metrics *gateway.Metrics
+	if cfg.MetricsNamespace != "" {
+		// Beside the log, on stdout: on Lambda both reach the function's log group.
+		metrics = gateway.NewMetrics(os.Stdout, cfg.MetricsNamespace)
+	}
 	return gateway.Options{
+		Metrics: metrics,
 		Store:   st,
 		Catalog: cat,
 		Upstream: upstream.New(cat, upstream.Options{

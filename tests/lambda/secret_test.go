@@ -91,3 +91,24 @@ func TestBackendSecret(t *testing.T) {
 		t.Error("a token reached the function's log")
 	}
 }
+
+// TestMetricsLines: with KILN_METRICS_NAMESPACE (template.yaml sets it), the built gateway writes
+// one Embedded Metric Format line per request to its output, which Lambda sends to the
+// function's log group, where CloudWatch turns it into metrics.
+func TestMetricsLines(t *testing.T) {
+	s := startGatewayWith(t, nil, nil, "KILN_METRICS_NAMESPACE=Kiln/test")
+	inv := s.fn.invoke(t, functionURLEvent(t, request{method: "POST", path: "/v1/chat/completions", headers: s.auth(),
+		body: chat("qwen3-32b", "hello", 3, false)}), longDeadline)
+	if p := checkStreamed(t, inv); p.StatusCode != http.StatusOK {
+		t.Fatalf("status %d", p.StatusCode)
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, line := range strings.Split(s.fn.stderr.String(), "\n") {
+			if strings.HasPrefix(line, "{") && strings.Contains(line, `"_aws"`) && strings.Contains(line, `"Namespace":"Kiln/test"`) &&
+				strings.Contains(line, `"Requests":1`) && strings.Contains(line, `"StatusClass":"2xx"`) {
+				return
+			}
+		}
+	}
+	t.Errorf("no metrics line in the function's output:\n%s", s.fn.stderr.String())
+}
