@@ -19,6 +19,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
@@ -92,14 +93,16 @@ func StreamOf(ctx context.Context, db *dynamodb.Client, table string) (string, e
 }
 
 // New returns a pipe from the stream streamARN, read with a DynamoDB Streams client made from
-// db's own configuration (endpoint, region, credentials), to target. A nil log discards.
+// db's own configuration (endpoint, region, credentials), to target. A nil log discards. The
+// client has connections of its own: a pipe is another service, and its polling must not change
+// what the store's client finds in its pool.
 func New(db *dynamodb.Client, streamARN string, target Target, log *slog.Logger) *Pipe {
 	o := db.Options()
 	client := dynamodbstreams.New(dynamodbstreams.Options{
 		Region:       o.Region,
 		Credentials:  o.Credentials,
 		BaseEndpoint: o.BaseEndpoint,
-		HTTPClient:   o.HTTPClient,
+		HTTPClient:   awshttp.NewBuildableClient(),
 		Retryer:      o.Retryer,
 	})
 	return newPipe(client, streamARN, o.Region, target, log)
