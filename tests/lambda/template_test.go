@@ -210,6 +210,13 @@ func TestTemplate(t *testing.T) {
 	if len(resourcesOf(tpl, "AWS::CloudWatch::Dashboard")) != 1 {
 		t.Error("no dashboard")
 	}
+	// A domain without a certificate is refused at the change set, not at resource creation.
+	if a := fmt.Sprint(at(tpl, "Rules", "DomainNeedsCertificate", "Assertions")); !strings.Contains(a, "CertificateArn") {
+		t.Errorf("no rule that DomainName needs CertificateArn: %s", a)
+	}
+	if rec := resourcesOf(tpl, "AWS::Route53::RecordSet")["ApiDnsRecordIPv6"]; at(rec, "Properties", "Type") != "AAAA" {
+		t.Error("no AAAA record beside the A record")
+	}
 	apis := 0
 	for name, ev := range at(gw, "Properties", "Events").(map[string]any) {
 		if at(ev, "Type") != "Api" {
