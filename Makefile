@@ -44,8 +44,10 @@ build-lambda:
 	$(LAMBDABUILD) -zip $(BIN)/lambda/aggregator.zip ./functions/aggregator
 	@ls -l $(BIN)/lambda/*.zip
 
+# sam build: refuses a catalog whose backends are loopback or link-local (the demo catalog's
+# simulator on 127.0.0.1): give yours with LAMBDA_CATALOG=path/to/catalog.yaml sam build.
 build-GatewayFunction:
-	$(LAMBDABUILD) -dir $(ARTIFACTS_DIR) -catalog $(LAMBDA_CATALOG) ./functions/gateway
+	$(LAMBDABUILD) -release -dir $(ARTIFACTS_DIR) -catalog $(LAMBDA_CATALOG) ./functions/gateway
 
 build-AggregatorFunction:
 	$(LAMBDABUILD) -dir $(ARTIFACTS_DIR) ./functions/aggregator

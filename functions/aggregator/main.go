@@ -1,13 +1,8 @@
-// Command aggregator is the usage pipeline's consumer on AWS Lambda: EventBridge rule → SQS queue
-// → this function, with ReportBatchItemFailures so that only failed messages come back (and reach
-// the dead-letter queue after the queue's maxReceiveCount). It decodes and validates each event
-// (pkg/ingest) and folds it into the aggregates table (usage.Aggregator, idempotent by generation
-// id).
-//
-// The same function, invoked by its schedule (template.yaml, every 5 minutes), sweeps the usage
-// table's outbox: events the gateway settled but could not get acknowledged by EventBridge are
-// published again (pkg/usage/publish). On Lambda the gateway publishes synchronously, so only a
-// failing bus or a crash leaves anything there.
+// Command aggregator is the usage pipeline's consumer on AWS Lambda: the usage table's DynamoDB
+// stream → EventBridge Pipe → SQS queue → this function, with ReportBatchItemFailures so that only
+// failed messages come back (and reach the dead-letter queue after the queue's maxReceiveCount).
+// It decodes and validates each usage record (pkg/ingest) and folds it into the aggregates table
+// (usage.Aggregator, idempotent by generation id).
 //
 // Once a day (the Reconcile schedule, input {"task": "reconcile"}) it reconciles yesterday from
 // the tables themselves — the ledger's debits against the usage records against the day
@@ -30,8 +25,6 @@ import (
 	"github.com/neocloud/kiln/pkg/ingest"
 	"github.com/neocloud/kiln/pkg/store/dynamo"
 	"github.com/neocloud/kiln/pkg/usage"
-	"github.com/neocloud/kiln/pkg/usage/eventbridge"
-	"github.com/neocloud/kiln/pkg/usage/publish"
 )
 
 func main() {
@@ -62,17 +55,6 @@ func setup(ctx context.Context, getenv func(string) string) (*function, error) {
 		return nil, err
 	}
 	h := ingest.New(usage.NewAggregator(st), log)
-	if bus := getenv("KILN_EVENT_BUS"); bus != "" {
-		eb, err := eventbridge.Open(ctx, eventbridge.Config{Bus: bus, Endpoint: awsenv.Endpoint(getenv, "KILN_EVENTBRIDGE_ENDPOINT", awsenv.EventBridge), Region: getenv("AWS_REGION")})
-		if err != nil {
-			return nil, err
-		}
-		pub, err := publish.New(publish.Options{Sender: eb, Outbox: st, Log: log, SweepEvery: time.Minute})
-		if err != nil {
-			return nil, err
-		}
-		h.WithSweep(pub.Sweep)
-	}
 	prefix := getenv("KILN_TABLE_PREFIX")
 	if prefix == "" {
 		prefix = dynamo.DefaultTablePrefix

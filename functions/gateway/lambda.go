@@ -26,19 +26,16 @@ func lambdaHandler(ctx context.Context, cfg config.Config, getenv func(string) s
 	if err != nil {
 		return nil, err
 	}
-	// On Lambda the event is published before the handler returns (the response has already
-	// ended); nothing runs in the background, and the aggregator function's scheduled sweep
-	// publishes whatever a failure left in the outbox.
-	pub, err := local.NewPublisher(ctx, cfg, st, log)
+	// Nothing is published per request: settlement's write to the usage table is the event, and
+	// the table's stream, through the stack's EventBridge Pipe, takes it to the aggregator.
+	// The backends' token is read from Secrets Manager here, in the init phase, and re-read
+	// when it is old or a backend refuses it; it is never in the environment.
+	tokens, err := local.BackendTokens(ctx, cfg, log)
 	if err != nil {
 		st.Close()
 		return nil, err
 	}
-	opt := local.GatewayOptions(cfg, cat, st, getenv, log)
-	if !cfg.FoldsAtSettlement() {
-		opt.Publish = pub.PublishNow
-	}
-	gw, err := gateway.New(opt)
+	gw, err := gateway.New(local.GatewayOptions(cfg, cat, st, getenv, tokens, log))
 	if err != nil {
 		st.Close()
 		return nil, err

@@ -5,7 +5,10 @@
 // The Makefile's release targets (arm64), `sam build` (BuildMethod: makefile) and tests/lambda
 // (this machine's architecture) all build through it, so they build the same thing.
 //
-//	go run ./infra/lambdabuild [-arch arm64] [-dir DIR] [-zip FILE] [-catalog FILE] ./functions/NAME
+// With -release (sam build's targets) it refuses a catalog whose backends are loopback or
+// link-local: on Lambda nothing answers there.
+//
+//	go run ./infra/lambdabuild [-arch arm64] [-dir DIR] [-zip FILE] [-catalog FILE] [-release] ./functions/NAME
 package main
 
 import (
@@ -36,11 +39,17 @@ func run(args []string) error {
 	dir := fs.String("dir", "", "write bootstrap (and catalog.yaml) into this directory")
 	zipPath := fs.String("zip", "", "write a deployment package with bootstrap (and catalog.yaml) to this file")
 	catalog := fs.String("catalog", "", "catalog file to package as catalog.yaml beside bootstrap")
+	release := fs.Bool("release", false, "a deployment: refuse a catalog whose backends are loopback or link-local")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *release {
+		if err := checkRelease(*catalog); err != nil {
+			return err
+		}
+	}
 	if fs.NArg() != 1 || (*dir == "" && *zipPath == "") {
-		return errors.New("usage: lambdabuild [-arch arm64] [-dir DIR] [-zip FILE] [-catalog FILE] ./functions/NAME")
+		return errors.New("usage: lambdabuild [-arch arm64] [-dir DIR] [-zip FILE] [-catalog FILE] [-release] ./functions/NAME")
 	}
 	out := *dir
 	if out == "" {

@@ -28,10 +28,7 @@ type Config struct {
 	MaxBody          int64         // KILN_MAX_BODY: request body limit in bytes
 	TablePrefix      string        // KILN_TABLE_PREFIX
 	DynamoDBEndpoint string        // KILN_DYNAMODB_ENDPOINT, else AWS_ENDPOINT_URL_DYNAMODB, else AWS_ENDPOINT_URL
-	EventBus         string        // KILN_EVENT_BUS
-	EventBridgeURL   string        // KILN_EVENTBRIDGE_ENDPOINT, else AWS_ENDPOINT_URL_EVENTBRIDGE, else AWS_ENDPOINT_URL
 	S3Endpoint       string        // AWS_ENDPOINT_URL_S3, else AWS_ENDPOINT_URL (kilnctl finance)
-	UsageSweep       time.Duration // KILN_USAGE_SWEEP: how often unacknowledged usage events are published again
 	Region           string        // AWS_REGION
 	Simulator        string        // KILN_SIMULATOR_ADDR: start the built-in model simulator there ("" = don't)
 	ConnectTimeout   time.Duration // KILN_BACKEND_CONNECT_TIMEOUT
@@ -49,7 +46,13 @@ type Config struct {
 	SettleReserve        time.Duration // KILN_SETTLE_RESERVE: stop streams this long before a deadline
 	AdmitTimeout         time.Duration // KILN_ADMIT_TIMEOUT: admission's store deadline, then 503
 	SettleWait           time.Duration // KILN_SETTLE_WAIT: how long an answer's end waits for its settlement
+	BackendSecret        string        // KILN_BACKEND_SECRET: Secrets Manager secret (name or ARN) of the backends' token
+	MetricsNamespace     string        // KILN_METRICS_NAMESPACE: CloudWatch namespace of the per-request metrics; "" writes none
 }
+
+// BackendSecretEnv is the api_key_env name that KILN_BACKEND_SECRET's token stands for: catalog
+// backends that name it get the secret's current value.
+const BackendSecretEnv = "KILN_BACKEND_API_KEY"
 
 // Load reads the configuration through getenv (os.Getenv in main, a map in tests).
 func Load(getenv func(string) string) (Config, error) {
@@ -80,10 +83,7 @@ func Load(getenv func(string) string) (Config, error) {
 		Keepalive:            dur("KILN_KEEPALIVE", 15*time.Second),
 		TablePrefix:          str("KILN_TABLE_PREFIX", "kiln-"),
 		DynamoDBEndpoint:     awsenv.Endpoint(getenv, "KILN_DYNAMODB_ENDPOINT", awsenv.DynamoDB),
-		EventBus:             getenv("KILN_EVENT_BUS"),
-		EventBridgeURL:       awsenv.Endpoint(getenv, "KILN_EVENTBRIDGE_ENDPOINT", awsenv.EventBridge),
 		S3Endpoint:           awsenv.Endpoint(getenv, "", awsenv.S3),
-		UsageSweep:           dur("KILN_USAGE_SWEEP", time.Minute),
 		Region:               getenv("AWS_REGION"),
 		Simulator:            getenv("KILN_SIMULATOR_ADDR"),
 		ConnectTimeout:       dur("KILN_BACKEND_CONNECT_TIMEOUT", 10*time.Second),
@@ -99,6 +99,8 @@ func Load(getenv func(string) string) (Config, error) {
 		SettleReserve:        dur("KILN_SETTLE_RESERVE", 5*time.Second),
 		AdmitTimeout:         dur("KILN_ADMIT_TIMEOUT", 2*time.Second),
 		SettleWait:           dur("KILN_SETTLE_WAIT", 10*time.Second),
+		BackendSecret:        getenv("KILN_BACKEND_SECRET"),
+		MetricsNamespace:     getenv("KILN_METRICS_NAMESPACE"),
 	}
 	def := StoreSQLite
 	if c.OnLambda {
@@ -132,6 +134,14 @@ func Load(getenv func(string) string) (Config, error) {
 	}
 	if c.CacheTTL > 5*time.Second {
 		errs = append(errs, fmt.Errorf("KILN_CACHE_TTL=%s: at most 5s, so that revocations and suspensions reach a running gateway within 5 s", c.CacheTTL))
+	}
+	// The gateway no longer publishes usage events: the usage table is the event (its DynamoDB
+	// stream feeds the aggregator). A setting of the old publisher is refused, so that nobody
+	// believes events still go where it says.
+	for _, name := range []string{"KILN_EVENT_BUS", "KILN_EVENTBRIDGE_ENDPOINT", "KILN_USAGE_SWEEP"} {
+		if getenv(name) != "" {
+			errs = append(errs, fmt.Errorf("%s is no longer read: the gateway publishes nothing per request; usage reaches the aggregator through the usage table's DynamoDB stream (on AWS the stack's EventBridge Pipe; locally the gateway reads the stream itself; the embedded store folds at settlement). Unset it", name))
+		}
 	}
 	if c.LeaseTTL < 3*time.Second {
 		errs = append(errs, fmt.Errorf("KILN_LEASE_TTL=%s: at least 3s", c.LeaseTTL))

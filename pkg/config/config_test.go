@@ -54,17 +54,26 @@ func TestOverrides(t *testing.T) {
 // AWS_ENDPOINT_URL_<SERVICE> set the endpoints too, after Kiln's own names.
 func TestEndpointsFollowTheSDKConvention(t *testing.T) {
 	c, err := Load(env(map[string]string{"AWS_ENDPOINT_URL": "http://127.0.0.1:5000"}))
-	if err != nil || c.DynamoDBEndpoint != "http://127.0.0.1:5000" || c.EventBridgeURL != "http://127.0.0.1:5000" || c.S3Endpoint != "http://127.0.0.1:5000" {
+	if err != nil || c.DynamoDBEndpoint != "http://127.0.0.1:5000" || c.S3Endpoint != "http://127.0.0.1:5000" {
 		t.Errorf("AWS_ENDPOINT_URL: %+v, %v", c, err)
 	}
 	c, err = Load(env(map[string]string{
-		"AWS_ENDPOINT_URL":             "http://127.0.0.1:5000",
-		"AWS_ENDPOINT_URL_DYNAMODB":    "http://127.0.0.1:8000",
-		"AWS_ENDPOINT_URL_S3":          "http://127.0.0.1:9000",
-		"KILN_EVENTBRIDGE_ENDPOINT":    "http://127.0.0.1:4000",
-		"AWS_ENDPOINT_URL_EVENTBRIDGE": "http://127.0.0.1:4001",
+		"AWS_ENDPOINT_URL":          "http://127.0.0.1:5000",
+		"AWS_ENDPOINT_URL_DYNAMODB": "http://127.0.0.1:8000",
+		"AWS_ENDPOINT_URL_S3":       "http://127.0.0.1:9000",
 	}))
-	if err != nil || c.DynamoDBEndpoint != "http://127.0.0.1:8000" || c.S3Endpoint != "http://127.0.0.1:9000" || c.EventBridgeURL != "http://127.0.0.1:4000" {
+	if err != nil || c.DynamoDBEndpoint != "http://127.0.0.1:8000" || c.S3Endpoint != "http://127.0.0.1:9000" {
 		t.Errorf("per service: %+v, %v", c, err)
+	}
+}
+
+// TestPublisherSettingsRefused: the settings of the usage publisher that the usage table's stream
+// replaced are refused by name, so that nobody believes events still go to a bus.
+func TestPublisherSettingsRefused(t *testing.T) {
+	_, err := Load(env(map[string]string{"KILN_EVENT_BUS": "kiln-usage", "KILN_EVENTBRIDGE_ENDPOINT": "http://127.0.0.1:5000", "KILN_USAGE_SWEEP": "1m"}))
+	for _, name := range []string{"KILN_EVENT_BUS", "KILN_EVENTBRIDGE_ENDPOINT", "KILN_USAGE_SWEEP"} {
+		if err == nil || !strings.Contains(err.Error(), name+" is no longer read") {
+			t.Errorf("%s not refused: %v", name, err)
+		}
 	}
 }

@@ -56,10 +56,10 @@ func openStore(ctx context.Context, c Config, embedded sqlite.Options) (store.St
 }
 
 // FoldsAtSettlement reports whether the store folds each settled event into its own aggregates
-// as it settles it, so that there is nothing to publish: the embedded store with no event bus.
-// Events left in its outbox from before (or from a run with a bus) still wait for the sweep.
+// as it settles it: the embedded store always (it has no stream to carry events on). The
+// DynamoDB store's usage table streams its items to the aggregator instead.
 func (c Config) FoldsAtSettlement() bool {
-	return c.Store == StoreSQLite && c.EventBus == ""
+	return c.Store == StoreSQLite
 }
 
 func dynamoConfig(c Config) dynamo.Config {

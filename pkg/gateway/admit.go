@@ -72,6 +72,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*
 	areq := store.AdmitRequest{OrgID: p.OrgID, HolderID: genID, Now: started, TTL: g.opt.LeaseTTL, Reserve: reserve}
 	lease, err := g.admitSlot(sctx, areq)
 	if err != nil {
+		g.opt.Metrics.Refused(err, p.OrgID, started)
 		if !refused(err) && !errors.Is(err, errBacklog) {
 			g.releaseUnknown(areq)
 		}

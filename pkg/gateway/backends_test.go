@@ -197,6 +197,12 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+func (b *syncBuffer) Bytes() []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Clone(b.buf.Bytes())
+}
+
 // TestBackendMessagesCleaned checks issue 17's points 4 to 6 against the servers' recorded
 // payloads: the client gets the backend's message without the backend's model name, without
 // what the gateway injected or the request that pydantic repeats, without raw JSON, at most

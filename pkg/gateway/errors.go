@@ -133,6 +133,21 @@ func errUnavailable(model string) *apiError {
 	}}
 }
 
+// errDeadline is a request whose time limit (on Lambda, the invocation's deadline less the settle
+// reserve) ended before the model backend answered; tooShort says it ended before the backend was
+// even called. It is the gateway's limit, not the backend's failure: 503, not a 502.
+func errDeadline(tooShort bool) *apiError {
+	msg := "The model backend did not answer within the gateway's time limit. Retry, or ask for less (max_tokens)."
+	if tooShort {
+		msg = "The request's time limit leaves no time to call the model backend and settle the request: the function's timeout is shorter than its settle reserve (KILN_SETTLE_RESERVE)."
+	}
+	return &apiError{status: http.StatusServiceUnavailable, body: openai.Error{
+		Message: msg,
+		Type:    openai.TypeServiceUnavailable,
+		Code:    "deadline_exceeded",
+	}}
+}
+
 // upstreamInvalid is a model server's own 400: its message, in our shape, with no code.
 func upstreamInvalid(msg string) *apiError {
 	return &apiError{status: http.StatusBadRequest, body: openai.Error{Message: msg, Type: openai.TypeInvalidRequest}}

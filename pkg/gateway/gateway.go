@@ -20,7 +20,6 @@ import (
 	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/upstream"
-	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // GenerationHeader names the response header carrying the request's generation id.
@@ -50,8 +49,8 @@ type Options struct {
 	SettleRetryFor time.Duration
 	Now            func() time.Time
 
-	// Publish receives every settled usage event, after the response ended. Optional.
-	Publish func(context.Context, usage.Event)
+	// Metrics receives every settled request and refused admission (metrics.go). Optional.
+	Metrics *Metrics
 
 	// SettleInBackground retries, after the handler returns, a settlement that did not commit
 	// before its answer ended, so that the store's outage holds no connection; call Drain before

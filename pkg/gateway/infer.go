@@ -153,6 +153,7 @@ func (x *exchange) unanswered(ctx context.Context, err error) {
 		x.fail(errSlotLost) // nothing was delivered: nothing is billed
 	case errors.Is(err, upstream.ErrUnavailable):
 		x.fail(errUnavailable(x.req.model.ID))
+	case x.deadlinePassed(ctx):
 	default:
 		x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend request failed", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
 		x.badGateway("the model backend was unreachable or did not answer in time.")

@@ -114,6 +114,9 @@ func putAnswerBuffers(bufs ...*bytes.Buffer) {
 }
 
 func (x *exchange) badBackendBody(ctx context.Context, reason string, err error) {
+	if x.deadlinePassed(ctx) {
+		return
+	}
 	x.g.log.LogAttrs(ctx, slog.LevelWarn, "bad backend answer", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
 	x.event.Status = usage.StatusUpstreamError
 	x.badGateway(reason)
@@ -354,6 +357,7 @@ func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s
 			x.event.Status = usage.StatusSlotLost
 		case ctx.Err() != nil:
 			code, msg = "deadline_exceeded", "The response reached the gateway's time limit and was cut. The part generated so far is billed."
+			x.event.Status = usage.StatusDeadlineExceeded
 		default:
 			attrs := []slog.Attr{slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend)}
 			if be := r.refusal; be != nil {

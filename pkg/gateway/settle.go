@@ -83,8 +83,8 @@ func (x *exchange) settlement() store.Settlement {
 // end finishes the exchange once its handler is done with it: a request that ended without a
 // final write of the gateway (a client that left) is settled now; one whose settlement did not
 // commit before its answer ended is retried — in the background off Lambda, on this goroutine on
-// Lambda, which may freeze the process once the handler returns. Then the request's log line is
-// written and its event published.
+// Lambda, which may freeze the process once the handler returns. Then the request's log line and
+// metrics are written.
 func (x *exchange) end() {
 	g := x.g
 	if !x.concluded {
@@ -108,7 +108,9 @@ func (x *exchange) end() {
 	}()
 }
 
-// finish logs a settled request and publishes its event; with err, the settlement was abandoned.
+// finish logs a settled request and writes its metrics; with err, the settlement was abandoned.
+// Its usage event needs no publishing: the usage record the settlement wrote is the event, and
+// the usage table's stream carries it to the aggregator.
 func (g *Gateway) finish(e usage.Event, res store.SettleResult, err error) {
 	ctx := context.Background()
 	attrs := []slog.Attr{
@@ -148,9 +150,7 @@ func (g *Gateway) finish(e usage.Event, res store.SettleResult, err error) {
 		g.log.LogAttrs(ctx, slog.LevelWarn, "debit capped at the available balance", attrs...)
 	}
 	g.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
-	if g.opt.Publish != nil && !res.AlreadyApplied {
-		g.opt.Publish(ctx, e)
-	}
+	g.opt.Metrics.Request(e, g.opt.Now())
 }
 
 // pending is a request admitted by this process and not yet settled: what GET /v1/generation

@@ -1,9 +1,13 @@
-// Package ingest takes usage events off the SQS queue that the EventBridge rule fills: each
-// message is an EventBridge envelope (source kiln.gateway, detail-type usage.recorded) whose
-// detail is a usage.Event. Messages that decode and validate go to a Recorder; the ids of the
-// others, and of those the Recorder refused, go back as batch item failures, so that SQS
-// redelivers only them and, after the queue's maxReceiveCount, moves them to the dead-letter
-// queue (the event source mapping must have ReportBatchItemFailures on).
+// Package ingest takes usage events off the SQS queue that the EventBridge Pipe fills from the
+// usage table's DynamoDB stream: each message body is one stream record whose NewImage is the
+// usage item (events/sqs-pipe-usage-batch.json). Messages an EventBridge rule delivered before
+// the pipe existed (an envelope with source kiln.gateway, detail-type usage.recorded and the
+// usage.Event as its detail) are still read, so that an upgrade loses none in flight. Messages
+// that decode and validate go to a Recorder; the ids of the others, and of those the Recorder
+// refused, go back as batch item failures, so that SQS redelivers only them and, after the
+// queue's maxReceiveCount, moves them to the dead-letter queue (the event source mapping must have
+// ReportBatchItemFailures on). Records that hold no final usage record (ErrNotFinal) are
+// acknowledged.
 package ingest
 
 import (
@@ -21,7 +25,8 @@ import (
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
-// The envelope fields the gateway's PutEvents sets (contract section 8).
+// The envelope fields of the usage events the gateway published with PutEvents before the usage
+// table's stream replaced them (contract section 8).
 const (
 	Source     = "kiln.gateway"
 	DetailType = "usage.recorded"
@@ -34,22 +39,14 @@ type Recorder interface {
 	Record(ctx context.Context, e usage.Event) error
 }
 
-// Handler processes SQS batches of usage events, and the scheduled sweep of the outbox.
+// Handler processes SQS batches of usage events.
 type Handler struct {
-	rec   Recorder
-	log   *slog.Logger
-	sweep func(ctx context.Context) (int, error)
+	rec Recorder
+	log *slog.Logger
 }
 
-// WithSweep makes Invoke answer EventBridge Scheduler's or a schedule rule's invocations by
-// running sweep: the usage publisher's pass over the outbox (publish.Publisher.Sweep).
-func (h *Handler) WithSweep(sweep func(ctx context.Context) (int, error)) *Handler {
-	h.sweep = sweep
-	return h
-}
-
-// Invoke is the function's entry point: an SQS batch (Records) goes to Handle; a scheduled
-// event runs the sweep. Anything else is an error, so that a misrouted trigger is noticed.
+// Invoke is the function's entry point: an SQS batch (Records) goes to Handle. Anything else is
+// an error, so that a misrouted trigger is noticed.
 func (h *Handler) Invoke(ctx context.Context, payload json.RawMessage) (any, error) {
 	var probe struct {
 		Records    []json.RawMessage `json:"Records"`
@@ -59,22 +56,14 @@ func (h *Handler) Invoke(ctx context.Context, payload json.RawMessage) (any, err
 	if err := json.Unmarshal(payload, &probe); err != nil {
 		return nil, fmt.Errorf("invocation payload: %w", err)
 	}
-	switch {
-	case probe.Records != nil:
-		var batch events.SQSEvent
-		if err := json.Unmarshal(payload, &batch); err != nil {
-			return nil, fmt.Errorf("SQS batch: %w", err)
-		}
-		return h.Handle(ctx, batch)
-	case probe.Source == "aws.events" && probe.DetailType == "Scheduled Event" && h.sweep != nil:
-		n, err := h.sweep(ctx)
-		h.log.LogAttrs(ctx, slog.LevelInfo, "usage sweep", slog.Int("published", n))
-		if err != nil {
-			return nil, err
-		}
-		return map[string]int{"published": n}, nil
+	if probe.Records == nil {
+		return nil, fmt.Errorf("unexpected invocation (source %q, detail-type %q): want an SQS batch", probe.Source, probe.DetailType)
 	}
-	return nil, fmt.Errorf("unexpected invocation (source %q, detail-type %q)", probe.Source, probe.DetailType)
+	var batch events.SQSEvent
+	if err := json.Unmarshal(payload, &batch); err != nil {
+		return nil, fmt.Errorf("SQS batch: %w", err)
+	}
+	return h.Handle(ctx, batch)
 }
 
 // New returns a Handler that hands valid events to rec. A nil log discards.
@@ -106,6 +95,11 @@ func (h *Handler) one(ctx context.Context, m events.SQSMessage) error {
 		return fmt.Errorf("not processed before the invocation ended: %w", err)
 	}
 	e, err := Decode([]byte(m.Body))
+	if errors.Is(err, ErrNotFinal) {
+		h.log.LogAttrs(ctx, slog.LevelWarn, "usage message skipped: the pipe's filter should have kept it off the queue",
+			slog.String("message_id", m.MessageId), slog.String("reason", err.Error()))
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -115,13 +109,17 @@ func (h *Handler) one(ctx context.Context, m events.SQSMessage) error {
 	return nil
 }
 
-// Decode reads one message body: the EventBridge envelope and the usage event in its detail,
-// validated. Every field of the event is required and no other is allowed (the schema is
-// events/usage-event.schema.json).
+// Decode reads one message body, validated: a DynamoDB stream record of the usage table, as the
+// pipe delivers it, or an EventBridge envelope with the usage event in its detail. A record that
+// holds no final usage record is ErrNotFinal. In an envelope every field of the event is required
+// and no other is allowed (the schema is events/usage-event.schema.json).
 func Decode(body []byte) (usage.Event, error) {
+	if isStreamRecord(body) {
+		return decodeStreamRecord(body)
+	}
 	var env events.EventBridgeEvent
 	if err := json.Unmarshal(body, &env); err != nil {
-		return usage.Event{}, fmt.Errorf("not an EventBridge envelope: %w", err)
+		return usage.Event{}, fmt.Errorf("neither a DynamoDB stream record nor an EventBridge envelope: %w", err)
 	}
 	if env.Source != Source || env.DetailType != DetailType {
 		return usage.Event{}, fmt.Errorf("envelope source %q, detail-type %q: want %q, %q", env.Source, env.DetailType, Source, DetailType)
@@ -178,9 +176,10 @@ func Validate(e usage.Event) error {
 		bad("endpoint %q: want /v1/chat/completions or /v1/completions", e.Endpoint)
 	}
 	switch e.Status {
-	case usage.StatusCompleted, usage.StatusClientDisconnected, usage.StatusUpstreamError, usage.StatusRejected, usage.StatusSlotLost:
+	case usage.StatusCompleted, usage.StatusClientDisconnected, usage.StatusUpstreamError, usage.StatusDeadlineExceeded,
+		usage.StatusSlotLost, usage.StatusRejected:
 	default:
-		bad("status %q: want completed, client_disconnected, upstream_error or rejected", e.Status)
+		bad("status %q: want completed, client_disconnected, upstream_error, deadline_exceeded, slot_lost or rejected", e.Status)
 	}
 	if e.HTTPStatus < 100 || e.HTTPStatus > 599 {
 		bad("http_status %d: want 100–599", e.HTTPStatus)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +48,7 @@ func TestDecode(t *testing.T) {
 		errHas string // "" for valid
 	}{
 		{"valid", envelope(t, validEvent(), Source, DetailType), ""},
-		{"not JSON", "{", "not an EventBridge envelope"},
+		{"not JSON", "{", "neither a DynamoDB stream record nor an EventBridge envelope"},
 		{"wrong source", envelope(t, validEvent(), "other", DetailType), "source"},
 		{"wrong detail-type", envelope(t, validEvent(), Source, "other"), "detail-type"},
 		{"detail not an object", envelope(t, []int{1}, Source, DetailType), "not a JSON object"},
@@ -119,5 +120,94 @@ func TestHandleReportsOnlyFailures(t *testing.T) {
 	resp, _ = New(recorder{}, nil).Handle(ctx, events.SQSEvent{Records: batch.Records[:1]})
 	if len(resp.BatchItemFailures) != 1 {
 		t.Errorf("after the invocation ended: %v, want the message back", resp.BatchItemFailures)
+	}
+}
+
+// streamRecord is the pipe's message for e: its usage item as the DynamoDB store writes it, as
+// the NewImage of a stream record.
+func streamRecord(t *testing.T, eventName string, e usage.Event, mod func(img map[string]events.DynamoDBAttributeValue)) string {
+	t.Helper()
+	n := func(v int64) events.DynamoDBAttributeValue {
+		return events.NewNumberAttribute(strconv.FormatInt(v, 10))
+	}
+	img := map[string]events.DynamoDBAttributeValue{
+		"org_id": events.NewStringAttribute(e.OrgID), "generation_id": events.NewStringAttribute(e.GenerationID),
+		"version": n(int64(e.Version)), "key_id": events.NewStringAttribute(e.KeyID), "model": events.NewStringAttribute(e.Model),
+		"endpoint": events.NewStringAttribute(e.Endpoint), "stream": events.NewBooleanAttribute(e.Stream),
+		"status": events.NewStringAttribute(string(e.Status)), "http_status": n(int64(e.HTTPStatus)),
+		"finish_reason": events.NewStringAttribute(e.FinishReason), "prompt_tokens": n(e.PromptTokens),
+		"cached_tokens": n(e.CachedTokens), "completion_tokens": n(e.CompletionTokens), "cost": n(int64(e.Cost)),
+		"cost_usd": events.NewStringAttribute(e.Cost.String()), "estimated": events.NewBooleanAttribute(e.Estimated),
+		"started_at": n(e.StartedAt.UnixNano()), "ttft_ms": n(e.TTFTMillis), "duration_ms": n(e.DurationMillis),
+		"backend": events.NewStringAttribute(e.Backend), "settled_at": n(e.StartedAt.UnixNano() + 1), "day": events.NewStringAttribute(e.Day()),
+	}
+	if mod != nil {
+		mod(img)
+	}
+	r := events.DynamoDBEventRecord{EventName: eventName, EventSource: "aws:dynamodb", EventID: "1", EventVersion: "1.1", AWSRegion: "us-east-1",
+		Change: events.DynamoDBStreamRecord{NewImage: img, StreamViewType: "NEW_IMAGE", SequenceNumber: "100"}}
+	if eventName == "REMOVE" {
+		r.Change.NewImage = nil
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestDecodeStreamRecord(t *testing.T) {
+	e := validEvent()
+	for _, tc := range []struct {
+		name     string
+		body     string
+		errHas   string // "" for valid
+		notFinal bool
+	}{
+		{"insert", streamRecord(t, "INSERT", e, nil), "", false},
+		{"modify to a final status", streamRecord(t, "MODIFY", e, nil), "", false},
+		{"remove", streamRecord(t, "REMOVE", e, nil), "REMOVE", true},
+		{"in progress", streamRecord(t, "MODIFY", e, func(img map[string]events.DynamoDBAttributeValue) {
+			img["status"] = events.NewStringAttribute("in_progress")
+		}), "not a final", true},
+		{"no new image", strings.Replace(streamRecord(t, "INSERT", e, nil), `"NewImage"`, `"OldImage"`, 1), "without NewImage", false},
+		{"missing attributes", streamRecord(t, "INSERT", e, func(img map[string]events.DynamoDBAttributeValue) {
+			delete(img, "cost")
+			delete(img, "backend")
+		}), "without cost, backend", false},
+		{"wrong type", streamRecord(t, "INSERT", e, func(img map[string]events.DynamoDBAttributeValue) {
+			img["prompt_tokens"] = events.NewStringAttribute("9")
+		}), "prompt_tokens: want a DynamoDB number", false},
+		{"not an integer", streamRecord(t, "INSERT", e, func(img map[string]events.DynamoDBAttributeValue) {
+			img["cost"] = events.NewNumberAttribute("1.5")
+		}), "not an integer", false},
+		{"cost_usd disagrees", streamRecord(t, "INSERT", e, func(img map[string]events.DynamoDBAttributeValue) {
+			img["cost_usd"] = events.NewStringAttribute("1.00")
+		}), "disagrees", false},
+		{"invalid event", streamRecord(t, "INSERT", e, func(img map[string]events.DynamoDBAttributeValue) {
+			img["status"] = events.NewStringAttribute("done")
+		}), "status", false},
+		{"unknown event name", streamRecord(t, "UPSERT", e, nil), "eventName", false},
+		{"truncated", `{"eventSource":"aws:dynamodb","dynamodb":`, "neither", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := Decode([]byte(tc.body))
+			switch {
+			case tc.errHas == "" && err != nil:
+				t.Fatalf("unexpected error %v", err)
+			case tc.errHas == "" && got != e:
+				t.Errorf("decoded %+v\nwant    %+v", got, e)
+			case tc.errHas != "" && (err == nil || !strings.Contains(err.Error(), tc.errHas)):
+				t.Errorf("error %v, want one mentioning %q", err, tc.errHas)
+			case errors.Is(err, ErrNotFinal) != tc.notFinal:
+				t.Errorf("error %v: ErrNotFinal %v, want %v", err, !tc.notFinal, tc.notFinal)
+			}
+		})
+	}
+	// A record that is not final is acknowledged, not redelivered.
+	resp, _ := New(recorder{}, nil).Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+		{MessageId: "m1", Body: streamRecord(t, "REMOVE", e, nil)}, {MessageId: "m2", Body: streamRecord(t, "INSERT", e, nil)}}})
+	if len(resp.BatchItemFailures) != 0 {
+		t.Errorf("failures %v, want none", resp.BatchItemFailures)
 	}
 }

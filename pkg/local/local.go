@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/neocloud/kiln/pkg/config"
 	"github.com/neocloud/kiln/pkg/gateway"
 	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/secret"
 	"github.com/neocloud/kiln/pkg/simulator"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/upstream"
@@ -79,34 +81,26 @@ func Run(ctx context.Context, cfg config.Config, getenv func(string) string, log
 	defer st.Close()
 
 	if cfg.Simulator != "" {
-		stop, err := startSimulator(cfg.Simulator, cat, log)
+		stop, err := StartSimulator(cfg.Simulator, cat, log)
 		if err != nil {
 			return err
 		}
 		defer stop()
 	}
 
-	pub, err := NewPublisher(ctx, cfg, st, log)
+	stopPipe, err := StartUsagePipe(ctx, cfg, st, log)
 	if err != nil {
 		return err
 	}
-	pubCtx, stopPublishing := context.WithCancel(context.WithoutCancel(ctx))
-	published := make(chan struct{})
-	go func() {
-		defer close(published)
-		pub.Run(pubCtx, 5*time.Second)
-	}()
-	// After the gateway: every settlement has handed its event over by then. What the drain
-	// does not publish stays in the outbox for the next start's sweep.
-	defer func() {
-		stopPublishing()
-		<-published
-	}()
+	// After the gateway: every settlement is in the usage table by then, and the pipe reads the
+	// stream to its end before it stops.
+	defer stopPipe()
 
-	opt := GatewayOptions(cfg, cat, st, getenv, log)
-	if !cfg.FoldsAtSettlement() {
-		opt.Publish = pub.Enqueue
+	tokens, err := BackendTokens(ctx, cfg, log)
+	if err != nil {
+		return err
 	}
+	opt := GatewayOptions(cfg, cat, st, getenv, tokens, log)
 	// Off Lambda the process outlives its requests: settle off the connection, drain at the end.
 	opt.SettleInBackground = true
 	gw, err := gateway.New(opt)
@@ -179,16 +173,23 @@ const maxHeaderBytes = 64 << 10
 const settleAfterGrace = 10 * time.Second
 
 // GatewayOptions are the gateway's options as the configuration sets them, the same on Lambda and
-// off it; the caller adds how usage events are published and whether settlement may run in the
-// background.
-func GatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, getenv func(string) string, log *slog.Logger) gateway.Options {
+// off it; the caller adds whether settlement may run in the background. Nothing is published per
+// request: the usage table (its stream on DynamoDB) carries the events on.
+func GatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, getenv func(string) string, tokens map[string]upstream.TokenSource, log *slog.Logger) gateway.Options {
+	var metrics *gateway.Metrics
+	if cfg.MetricsNamespace != "" {
+		// Beside the log, on stdout: on Lambda both reach the function's log group.
+		metrics = gateway.NewMetrics(os.Stdout, cfg.MetricsNamespace)
+	}
 	return gateway.Options{
+		Metrics: metrics,
 		Store:   st,
 		Catalog: cat,
 		Upstream: upstream.New(cat, upstream.Options{
 			ConnectTimeout: cfg.ConnectTimeout,
 			HeaderTimeout:  cfg.HeaderTimeout,
 			Getenv:         getenv,
+			Tokens:         tokens,
 		}),
 		Logger:        log,
 		MaxBody:       cfg.MaxBody,
@@ -202,9 +203,9 @@ func GatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, g
 	}
 }
 
-// startSimulator serves the model simulator on addr for every catalog backend whose URL points
-// there.
-func startSimulator(addr string, cat *catalog.Catalog, log *slog.Logger) (func(), error) {
+// StartSimulator serves the model simulator on addr for every catalog backend whose URL points
+// there, and returns how to stop it.
+func StartSimulator(addr string, cat *catalog.Catalog, log *slog.Logger) (func(), error) {
 	var models []simulator.Model
 	for _, m := range cat.Models {
 		for _, b := range m.Backends {
@@ -279,4 +280,18 @@ func printTry(out io.Writer, base, model, key string) {
 		"    -d '{\"model\": \"%s\", \"messages\": [{\"role\": \"system\", \"content\": \"Answer briefly.\"}, {\"role\": \"user\", \"content\": \"Hello!\"}], \"max_tokens\": 800}'\n\n",
 		base, key, model)
 	fmt.Fprintf(out, "OpenAI SDKs: base URL %s, the key above. Ctrl-C stops the gateway.\n", base)
+}
+
+// BackendTokens opens the backends' token in Secrets Manager that KILN_BACKEND_SECRET names (read
+// once now, then cached and re-read as pkg/secret says); catalog backends whose api_key_env is
+// KILN_BACKEND_API_KEY take it. Without the setting the tokens come from the environment.
+func BackendTokens(ctx context.Context, cfg config.Config, log *slog.Logger) (map[string]upstream.TokenSource, error) {
+	if cfg.BackendSecret == "" {
+		return nil, nil
+	}
+	src, err := secret.Open(ctx, cfg.BackendSecret, cfg.Region, secret.Options{Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("backend secret (KILN_BACKEND_SECRET): %w", err)
+	}
+	return map[string]upstream.TokenSource{config.BackendSecretEnv: src}, nil
 }

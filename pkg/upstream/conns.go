@@ -101,17 +101,18 @@ var errHeaderTimeout = errors.New("timeout awaiting the backend's response heade
 // roundTrip POSTs body to path and returns once the response headers have arrived. sent reports
 // whether any byte of the request may have reached the backend. The response body must be read to
 // its end or closed; the connection goes back to the pool only after its end was read.
-func (cs *conns) roundTrip(ctx context.Context, path string, body []byte) (*http.Response, bool, error) {
+// auth is an extra header line ("" for none): a token read at run time.
+func (cs *conns) roundTrip(ctx context.Context, path, auth string, body []byte) (*http.Response, bool, error) {
 	// A request up to syncWriteMax is sent as one slice, header lines and body: one allocation
 	// and one write. A larger one is sent from two, without copying its body.
-	size := len(cs.head) + len(path) + len(cs.header) + 48
+	size := len(cs.head) + len(path) + len(cs.header) + len(auth) + 48
 	whole := size+len(body) <= syncWriteMax
 	if whole {
 		size += len(body)
 	}
 	head := make([]byte, 0, size)
 	head = append(append(append(head, cs.head...), path...), " HTTP/1.1\r\n"...)
-	head = append(head, cs.header...)
+	head = append(append(head, cs.header...), auth...)
 	head = append(strconv.AppendInt(append(head, "Content-Length: "...), int64(len(body)), 10), "\r\n\r\n"...)
 	if whole {
 		head, body = append(head, body...), nil

@@ -41,7 +41,8 @@ type Options struct {
 	FailureThreshold int           // consecutive failures that open a breaker; default 3
 	OpenFor          time.Duration // how long an open breaker refuses; default 5 s
 	Now              func() time.Time
-	Getenv           func(string) string // reads backends' api_key_env; nil reads nothing
+	Getenv           func(string) string    // reads backends' api_key_env; nil reads nothing
+	Tokens           map[string]TokenSource // by api_key_env name: tokens read at run time (secret.go)
 }
 
 // idleConnTimeout drops pooled connections before common model servers close them (uvicorn,
@@ -65,6 +66,7 @@ type backend struct {
 	conns     *conns
 	transport *http.Transport
 	breaker   breaker
+	token     TokenSource // the bearer token, when read at run time; nil when in header
 }
 
 // newTransport is what https:// backends are sent through (HTTP/2 when they offer it).
@@ -114,7 +116,9 @@ func New(c *catalog.Catalog, opt Options) *Pool {
 					"User-Agent":   {"kiln-gateway"},
 				},
 			}
-			if b.APIKeyEnv != "" && opt.Getenv != nil {
+			if src := opt.Tokens[b.APIKeyEnv]; b.APIKeyEnv != "" && src != nil {
+				be.token = src
+			} else if b.APIKeyEnv != "" && opt.Getenv != nil {
 				if k := opt.Getenv(b.APIKeyEnv); k != "" {
 					be.header.Set("Authorization", "Bearer "+k)
 				}
@@ -221,7 +225,7 @@ func (p *Pool) send(ctx context.Context, be *backend, call Call) (*Response, boo
 	var sent bool
 	var err error
 	if be.conns != nil {
-		resp, sent, err = be.conns.roundTrip(ctx, call.Path, call.Body(be.cfg))
+		resp, sent, err = be.conns.roundTrip(ctx, call.Path, be.authLine(), call.Body(be.cfg))
 	} else {
 		resp, sent, err = be.roundTrip(ctx, call.Path, call.Body)
 	}
@@ -233,6 +237,7 @@ func (p *Pool) send(ctx context.Context, be *backend, call Call) (*Response, boo
 		}
 		return nil, sent, &Error{Backend: be.cfg.Name, Err: err}
 	}
+	be.refused(resp.StatusCode)
 	if kind, failed := statusFailure(resp.StatusCode); failed {
 		be.breaker.failure(p.opt.Now(), p.opt, kind, call.OrgID)
 	} else {
@@ -273,7 +278,7 @@ func (be *backend) roundTrip(ctx context.Context, path string, body func(catalog
 	if err != nil {
 		return nil, false, err
 	}
-	req.Header = be.header
+	req.Header = be.headerFor()
 	if b != nil {
 		req.Body, req.GetBody, req.ContentLength = b.reader(), b.again, int64(len(b.full))
 	}

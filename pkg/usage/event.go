@@ -22,6 +22,9 @@ const (
 	StatusClientDisconnected Status = "client_disconnected"
 	// StatusUpstreamError: the backend failed, before or during the answer.
 	StatusUpstreamError Status = "upstream_error"
+	// StatusDeadlineExceeded: the function's deadline (less the settle reserve) ended the answer;
+	// what was generated is billed (contract section 6).
+	StatusDeadlineExceeded Status = "deadline_exceeded"
 	// StatusRejected: the request was refused as its own fault: by the gateway's checks
 	// (validation, unknown model), or by the backend, before or inside its stream. What a
 	// backend generated before refusing (rarely anything) is billed.

@@ -17,9 +17,12 @@ import (
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
-// TestAggregatorPartialBatch invokes the built aggregator with SQS batches of usage events and
+// TestAggregatorPartialBatch invokes the built aggregator with SQS batches of usage records and
 // checks that exactly the undecodable and invalid messages come back as batch item failures, and
-// that the valid ones are folded into the aggregates table once, however often they come.
+// that the valid ones are folded into the aggregates table once, however often they come: the
+// pipe's messages (DynamoDB stream records of the usage table, events/sqs-pipe-usage-batch.json,
+// among them a running request's record, acknowledged and not folded) and the EventBridge
+// envelopes queued before the pipe replaced the bus (events/sqs-usage-batch.json).
 func TestAggregatorPartialBatch(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -28,11 +31,23 @@ func TestAggregatorPartialBatch(t *testing.T) {
 		t.Fatalf("cannot start DynamoDB Local: %v", err)
 	}
 	t.Cleanup(ddb.Stop)
+	for _, sample := range []struct {
+		file   string
+		failed []string
+	}{
+		{"sqs-pipe-usage-batch.json", []string{"4a1e7c2d-0004-4b8e-9f3a-000000000004", "4a1e7c2d-0005-4b8e-9f3a-000000000005"}},
+		{"sqs-usage-batch.json", []string{"9d6c1a2e-0003-4f3b-8a7c-000000000003", "9d6c1a2e-0004-4f3b-8a7c-000000000004"}},
+	} {
+		t.Run(sample.file, func(t *testing.T) { aggregatorPartialBatch(t, ctx, ddb, sample.file, sample.failed) })
+	}
+}
+
+func aggregatorPartialBatch(t *testing.T, ctx context.Context, ddb *dynamotest.Server, file string, failed []string) {
 	cfg := ddb.Config()
 	st := ddb.OpenStore(t, cfg)
 	fn := startFunction(t, "aggregator", "KILN_LOG_LEVEL=info",
 		"KILN_DYNAMODB_ENDPOINT="+ddb.Endpoint, "KILN_TABLE_PREFIX="+cfg.TablePrefix)
-	sample, err := os.ReadFile(filepath.Join(repoRoot, "events", "sqs-usage-batch.json"))
+	sample, err := os.ReadFile(filepath.Join(repoRoot, "events", file))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +63,7 @@ func TestAggregatorPartialBatch(t *testing.T) {
 		payload []byte
 		failed  []string
 	}{
-		{"sample batch", sample, []string{"9d6c1a2e-0003-4f3b-8a7c-000000000003", "9d6c1a2e-0004-4f3b-8a7c-000000000004"}},
+		{"sample batch", sample, failed},
 		{"all valid", validJSON, []string{}},
 		{"empty batch", []byte(`{"Records":[]}`), []string{}},
 	} {

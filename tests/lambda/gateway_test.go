@@ -73,13 +73,23 @@ func (b *backend) finishedAt(t *testing.T, n int) time.Time {
 
 func startGateway(t *testing.T) *gatewayStack {
 	t.Helper()
+	return startGatewayWith(t, nil, nil)
+}
+
+// startGatewayWith is startGateway with the backend wrapped by wrap, the catalog edited by
+// editCatalog, and env added to the function's environment (any may be nil).
+func startGatewayWith(t *testing.T, wrap func(http.Handler) http.Handler, editCatalog func(string) string, env ...string) *gatewayStack {
+	t.Helper()
 	dir := t.TempDir()
 
 	sim := &backend{}
-	handler := simulator.New(simulator.Config{Models: []simulator.Model{
+	var handler http.Handler = simulator.New(simulator.Config{Models: []simulator.Model{
 		{Name: "Qwen/Qwen3-32B", ContextLength: 40960, RejectRequiredToolChoice: true},
 		{Name: "openai/gpt-oss-120b", ContextLength: 131072},
 	}})
+	if wrap != nil {
+		handler = wrap(handler)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -95,6 +105,9 @@ func startGateway(t *testing.T) *gatewayStack {
 
 	catalog := filepath.Join(dir, "catalog.yaml")
 	cat := strings.ReplaceAll(string(infra.ReferenceCatalog), "127.0.0.1:8090", ln.Addr().String())
+	if editCatalog != nil {
+		cat = editCatalog(cat)
+	}
 	if err := os.WriteFile(catalog, []byte(cat), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -121,15 +134,15 @@ func startGateway(t *testing.T) *gatewayStack {
 		t.Fatal(err)
 	}
 
-	fn := startFunction(t, "gateway",
+	fn := startFunction(t, "gateway", append([]string{
 		// On Lambda KILN_STORE defaults to dynamodb; the embedded store is set explicitly so that
 		// these tests need no DynamoDB.
 		"KILN_STORE=sqlite",
-		"KILN_DATA_DIR="+data,
-		"KILN_CATALOG="+catalog,
-		"KILN_SETTLE_RESERVE="+settleReserve.String(),
+		"KILN_DATA_DIR=" + data,
+		"KILN_CATALOG=" + catalog,
+		"KILN_SETTLE_RESERVE=" + settleReserve.String(),
 		"KILN_LOG_LEVEL=info",
-	)
+	}, env...)...)
 	return &gatewayStack{fn: fn, store: st, key: key, sim: sim}
 }
 
@@ -498,7 +511,7 @@ func TestDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatalf("cut request not settled: %v", err)
 	}
-	if ev.CompletionTokens <= 0 || ev.Cost <= 0 || ev.Status != usage.StatusUpstreamError {
+	if ev.CompletionTokens <= 0 || ev.Cost <= 0 || ev.Status != usage.StatusDeadlineExceeded {
 		t.Errorf("usage of the cut request: %+v", ev)
 	}
 	ledger, err := s.store.Ledger(ctx, orgID)
@@ -513,5 +526,27 @@ func TestDeadline(t *testing.T) {
 	}
 	if !debited {
 		t.Errorf("no debit of %s for %s in the ledger: %+v", ev.Cost, gen, ledger)
+	}
+}
+
+// TestDeadlineShorterThanReserve: an invocation whose deadline is shorter than the settle reserve
+// is answered at once with a clear 503 deadline_exceeded (contract section 6), never a 502 that
+// blames a backend the gateway did not call; it is recorded with that status.
+func TestDeadlineShorterThanReserve(t *testing.T) {
+	s := startGateway(t)
+	inv := s.fn.invoke(t, functionURLEvent(t, request{
+		method: "POST", path: "/v1/chat/completions", headers: s.auth(),
+		body: chat("qwen3-32b", "hello", 5, false),
+	}), settleReserve/2)
+	p := checkStreamed(t, inv)
+	if p.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(inv.body), `"code":"deadline_exceeded"`) {
+		t.Fatalf("status %d, body %s: want 503 deadline_exceeded", p.StatusCode, truncate(inv.body))
+	}
+	if n := s.sim.count(); n != 0 {
+		t.Errorf("the backend was called %d times", n)
+	}
+	ev, err := s.store.Generation(context.Background(), orgID, header(p, "X-Neocloud-Generation-Id"))
+	if err != nil || ev.Status != usage.StatusDeadlineExceeded || ev.HTTPStatus != http.StatusServiceUnavailable {
+		t.Errorf("usage event %+v (%v): want status deadline_exceeded, http_status 503", ev, err)
 	}
 }

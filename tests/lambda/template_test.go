@@ -1,15 +1,20 @@
 package lambda
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/neocloud/kiln/pkg/store/dynamo"
+	"github.com/neocloud/kiln/pkg/usage/pipe"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -143,11 +148,74 @@ func TestTemplate(t *testing.T) {
 	}
 
 	gw := fns["GatewayFunction"]
-	if m := at(gw, "Properties", "FunctionUrlConfig", "InvokeMode"); m != "RESPONSE_STREAM" {
+	// The function URL: optional (a condition), streaming, on the live alias.
+	url := resourcesOf(tpl, "AWS::Lambda::Url")["GatewayFunctionUrl"]
+	if m := at(url, "Properties", "InvokeMode"); m != "RESPONSE_STREAM" {
 		t.Errorf("function URL InvokeMode %v, want RESPONSE_STREAM", m)
 	}
-	if a := at(gw, "Properties", "FunctionUrlConfig", "AuthType"); a != "NONE" {
+	if a := at(url, "Properties", "AuthType"); a != "NONE" {
 		t.Errorf("function URL AuthType %v, want NONE (the gateway checks keys)", a)
+	}
+	if c := at(url, "Condition"); c != "HasFunctionUrl" {
+		t.Errorf("function URL condition %v, want HasFunctionUrl (FunctionUrlEnabled)", c)
+	}
+	if d := at(tpl, "Parameters", "FunctionUrlEnabled", "Default"); d != "false" {
+		t.Errorf("FunctionUrlEnabled defaults to %v: the safe default is off (no throttling or WAF on it)", d)
+	}
+	if fmt.Sprint(at(url, "Properties", "TargetFunctionArn")) != "map[Ref:GatewayFunction.Alias]" {
+		t.Errorf("function URL on %v, want the live alias", at(url, "Properties", "TargetFunctionArn"))
+	}
+	if at(gw, "Properties", "AutoPublishAlias") != "live" || at(gw, "Properties", "DeploymentPreference", "Type") == nil {
+		t.Error("the gateway needs AutoPublishAlias and a DeploymentPreference (gradual, rolled back on alarms)")
+	}
+	if fmt.Sprint(at(gw, "Properties", "ReservedConcurrentExecutions")) != "map[Ref:GatewayReservedConcurrency]" {
+		t.Error("the gateway's reserved concurrency is not the GatewayReservedConcurrency parameter")
+	}
+	for _, name := range []string{"ThrottlingRateLimit", "ThrottlingBurstLimit"} {
+		if v := at(flatAny(at(resourcesOf(tpl, "AWS::Serverless::Api")["KilnApi"], "Properties", "MethodSettings"))[0], name); v == nil {
+			t.Errorf("the REST API stage has no %s", name)
+		}
+	}
+	if at(resourcesOf(tpl, "AWS::WAFv2::WebACLAssociation")["ApiWebAcl"], "Condition") != "HasWebAcl" {
+		t.Error("no optional WAF web ACL association on the REST API")
+	}
+	if at(gw, "Properties", "Environment", "Variables", "KILN_BACKEND_API_KEY") != nil {
+		t.Error("the backend token is resolved into the environment: read it from Secrets Manager at run time")
+	}
+	// Every log group keeps its lines LogRetentionDays, and each function writes to its own.
+	for id, lg := range resourcesOf(tpl, "AWS::Logs::LogGroup") {
+		if fmt.Sprint(at(lg, "Properties", "RetentionInDays")) != "map[Ref:LogRetentionDays]" {
+			t.Errorf("log group %s keeps its lines forever", id)
+		}
+	}
+	for _, id := range []string{"GatewayFunction", "AggregatorFunction"} {
+		if at(fns[id], "Properties", "LoggingConfig", "LogGroup") == nil {
+			t.Errorf("%s writes to a log group the stack does not own (no retention)", id)
+		}
+	}
+	// Every alarm notifies the topic, and back to OK.
+	for id, a := range resourcesOf(tpl, "AWS::CloudWatch::Alarm") {
+		for _, k := range []string{"AlarmActions", "OKActions"} {
+			if !strings.Contains(fmt.Sprint(at(a, "Properties", k)), "AlarmTopicArn") {
+				t.Errorf("alarm %s: %s does not notify AlarmTopicArn", id, k)
+			}
+		}
+	}
+	for _, id := range []string{"ApiServerErrorsAlarm", "FunctionUrlServerErrorsAlarm", "BackendErrorsAlarm", "DynamoDBThrottlesAlarm",
+		"DynamoDBSystemErrorsAlarm", "UsageDeadLetterAlarm", "UsageQueueAgeAlarm", "GatewayErrorsAlarm"} {
+		if resourcesOf(tpl, "AWS::CloudWatch::Alarm")[id] == nil {
+			t.Errorf("no alarm %s", id)
+		}
+	}
+	if len(resourcesOf(tpl, "AWS::CloudWatch::Dashboard")) != 1 {
+		t.Error("no dashboard")
+	}
+	// A domain without a certificate is refused at the change set, not at resource creation.
+	if a := fmt.Sprint(at(tpl, "Rules", "DomainNeedsCertificate", "Assertions")); !strings.Contains(a, "CertificateArn") {
+		t.Errorf("no rule that DomainName needs CertificateArn: %s", a)
+	}
+	if rec := resourcesOf(tpl, "AWS::Route53::RecordSet")["ApiDnsRecordIPv6"]; at(rec, "Properties", "Type") != "AAAA" {
+		t.Error("no AAAA record beside the A record")
 	}
 	apis := 0
 	for name, ev := range at(gw, "Properties", "Events").(map[string]any) {
@@ -217,9 +285,39 @@ func TestTemplate(t *testing.T) {
 	if at(sqsEvent, "Type") != "SQS" || fmt.Sprint(at(sqsEvent, "Properties", "FunctionResponseTypes")) != "[ReportBatchItemFailures]" {
 		t.Errorf("aggregator SQS event %v: want FunctionResponseTypes [ReportBatchItemFailures]", sqsEvent)
 	}
-	rule := resourcesOf(tpl, "AWS::Events::Rule")["UsageRule"]
-	if fmt.Sprint(at(rule, "Properties", "EventPattern")) != "map[detail-type:[usage.recorded] source:[kiln.gateway]]" {
-		t.Errorf("usage rule pattern %v", at(rule, "Properties", "EventPattern"))
+	// The pipe: the usage table's stream to the usage queue, through the filter the local
+	// stand-in applies; nothing publishes to a bus.
+	up := resourcesOf(tpl, "AWS::Pipes::Pipe")["UsagePipe"]
+	if fmt.Sprint(at(up, "Properties", "Source")) != "map[Fn::GetAtt:[UsageTable StreamArn]]" ||
+		fmt.Sprint(at(up, "Properties", "Target")) != "map[Fn::GetAtt:[UsageQueue Arn]]" {
+		t.Errorf("UsagePipe from %v to %v: want the usage table's stream to UsageQueue", at(up, "Properties", "Source"), at(up, "Properties", "Target"))
+	}
+	var pattern, want any
+	filters := flatAny(at(up, "Properties", "SourceParameters", "FilterCriteria", "Filters"))
+	if len(filters) != 1 || json.Unmarshal([]byte(fmt.Sprint(at(filters[0], "Pattern"))), &pattern) != nil {
+		t.Errorf("UsagePipe filters %v: want one pattern", filters)
+	}
+	_ = json.Unmarshal([]byte(pipe.FilterPattern), &want)
+	if !reflect.DeepEqual(pattern, want) {
+		t.Errorf("UsagePipe filter %v, want pipe.FilterPattern %s", pattern, pipe.FilterPattern)
+	}
+	if n, _ := at(up, "Properties", "SourceParameters", "DynamoDBStreamParameters", "BatchSize").(int); n < 1 || n > pipe.BatchSize {
+		t.Errorf("UsagePipe batch size %v: an SQS target takes 1 to %d", n, pipe.BatchSize)
+	}
+	if len(resourcesOf(tpl, "AWS::Events::EventBus"))+len(resourcesOf(tpl, "AWS::Events::Rule")) > 0 {
+		t.Error("an event bus or rule: nothing publishes usage events any more")
+	}
+	// Visibility at least 6 × the aggregator's timeout + its batching window; the DLQ keeps
+	// messages longer than the queue.
+	aggTimeout, _ := at(fns["AggregatorFunction"], "Properties", "Timeout").(int)
+	window, _ := at(sqsEvent, "Properties", "MaximumBatchingWindowInSeconds").(int)
+	if v, _ := at(queues["UsageQueue"], "Properties", "VisibilityTimeout").(int); v < 6*aggTimeout+window {
+		t.Errorf("UsageQueue VisibilityTimeout %d under 6 × %d + %d", v, aggTimeout, window)
+	}
+	src, _ := at(queues["UsageQueue"], "Properties", "MessageRetentionPeriod").(int)
+	dead, _ := at(queues[dlqID], "Properties", "MessageRetentionPeriod").(int)
+	if dead <= src {
+		t.Errorf("the dead-letter queue keeps messages %d s, the queue %d s: want the DLQ longer", dead, src)
 	}
 
 	// No wildcard IAM actions anywhere (inline statements; SAM policy templates are scoped by name).
@@ -330,5 +428,141 @@ func TestTemplateTablesMatchStore(t *testing.T) {
 		if fmt.Sprint(indexes) != fmt.Sprint(wantIndexes) {
 			t.Errorf("%s: indexes %v, store wants %v", name, indexes, wantIndexes)
 		}
+		wantStream := ""
+		if def.StreamSpecification != nil {
+			wantStream = string(def.StreamSpecification.StreamViewType)
+		}
+		if got, _ := at(tb, "StreamSpecification", "StreamViewType").(string); got != wantStream {
+			t.Errorf("%s: stream %q, store wants %q", name, got, wantStream)
+		}
 	}
+}
+
+// grant is one action on one resource, as a rendered template names it: the resource a
+// reference, GetAtt or Sub points at ("OrgsTable", "UsageTable.StreamArn"), or "*".
+type grant struct{ action, resource string }
+
+// leastPrivilege is every grant each role may hold, each for a code path that uses it. The
+// gateway's come from pkg/store/dynamo on the request path: Authenticate (GetItem on keys and
+// orgs), Admit and Settle (TransactWriteItems of Update and ConditionCheck items on orgs, Put on
+// ledger and usage; IAM checks each item's action), Renew and the purge of expired leases
+// (UpdateItem on orgs), Org, Maintenance and InFlight (GetItem on orgs), Generation (GetItem on
+// usage); and the backend token (GetSecretValue, with BackendApiKeySecret). The aggregator's:
+// usage.Aggregator's fold (a transaction of Put and Update on aggregates) and its event source
+// mapping's polling of the queue. The pipe's: reading the usage stream, sending to the queue
+// and the dead-letter queue. CodeDeploy's role is SAM's, with AWS's managed policy for Lambda
+// deployments.
+var leastPrivilege = map[string][]grant{
+	"GatewayRole": {
+		{"logs:CreateLogStream", "GatewayLogGroup.Arn"}, {"logs:PutLogEvents", "GatewayLogGroup.Arn"},
+		{"dynamodb:GetItem", "OrgsTable.Arn"}, {"dynamodb:UpdateItem", "OrgsTable.Arn"}, {"dynamodb:ConditionCheckItem", "OrgsTable.Arn"},
+		{"dynamodb:GetItem", "KeysTable.Arn"},
+		{"dynamodb:PutItem", "LedgerTable.Arn"},
+		{"dynamodb:PutItem", "UsageTable.Arn"}, {"dynamodb:GetItem", "UsageTable.Arn"},
+		{"secretsmanager:GetSecretValue", "BackendApiKeySecret"},
+	},
+	"AggregatorRole": {
+		{"logs:CreateLogStream", "AggregatorLogGroup.Arn"}, {"logs:PutLogEvents", "AggregatorLogGroup.Arn"},
+		{"dynamodb:PutItem", "AggregatesTable.Arn"}, {"dynamodb:UpdateItem", "AggregatesTable.Arn"},
+		{"sqs:ReceiveMessage", "UsageQueue.Arn"}, {"sqs:DeleteMessage", "UsageQueue.Arn"},
+		{"sqs:ChangeMessageVisibility", "UsageQueue.Arn"}, {"sqs:GetQueueAttributes", "UsageQueue.Arn"},
+	},
+	"UsagePipeRole": {
+		{"dynamodb:DescribeStream", "UsageTable.StreamArn"}, {"dynamodb:GetRecords", "UsageTable.StreamArn"},
+		{"dynamodb:GetShardIterator", "UsageTable.StreamArn"}, {"dynamodb:ListStreams", "*"},
+		{"sqs:SendMessage", "UsageQueue.Arn"}, {"sqs:SendMessage", "UsageDeadLetterQueue.Arn"},
+	},
+	"CodeDeployServiceRole": {{"managed", "arn:aws:iam::aws:policy/service-role/AWSCodeDeployRoleForLambda"}},
+}
+
+// TestTemplateLeastPrivilege renders template.yaml through the SAM transform offline (as cfn-lint
+// does; tests/lambda/testdata/render_sam.py) and compares every IAM role of the result with
+// leastPrivilege: the gateway can never delete, scan or batch-write, and no role holds a grant
+// that no code path uses, or a managed policy other than CodeDeploy's.
+func TestTemplateLeastPrivilege(t *testing.T) {
+	cmd := exec.Command("python3", filepath.Join("testdata", "render_sam.py"), filepath.Join(repoRoot, "template.yaml"))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("render template.yaml through the SAM transform (python3 with aws-sam-translator, as cfn-lint uses): %v\n%s", err, stderr.String())
+	}
+	var rendered map[string]any
+	if err := json.Unmarshal(out, &rendered); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]grant{}
+	for id, r := range at(rendered, "Resources").(map[string]any) {
+		if at(r, "Type") != "AWS::IAM::Role" {
+			continue
+		}
+		got[id] = []grant{}
+		for _, arn := range flatAny(at(r, "Properties", "ManagedPolicyArns")) {
+			got[id] = append(got[id], grant{"managed", fmt.Sprint(arn)})
+		}
+		for _, p := range flatAny(at(r, "Properties", "Policies")) {
+			for _, doc := range policyDocs(p) {
+				for _, st := range flatAny(at(doc, "Statement")) {
+					if at(st, "Effect") != "Allow" {
+						continue
+					}
+					for _, a := range flat(at(st, "Action")) {
+						for _, res := range flatAny(at(st, "Resource")) {
+							got[id] = append(got[id], grant{a, resourceName(res)})
+						}
+					}
+				}
+			}
+		}
+	}
+	for id, grants := range got {
+		want, ok := leastPrivilege[id]
+		if !ok {
+			t.Errorf("role %s is not one of the stack's known roles: %v", id, grants)
+			continue
+		}
+		for _, g := range grants {
+			if id == "GatewayRole" && (strings.HasSuffix(g.action, ":DeleteItem") || strings.HasSuffix(g.action, ":Scan") || strings.HasSuffix(g.action, ":BatchWriteItem")) {
+				t.Errorf("the gateway's role can %s on %s: a compromised gateway could delete or read every record", g.action, g.resource)
+			}
+			if !slices.Contains(want, g) {
+				t.Errorf("role %s grants %s on %s, which no code path uses", id, g.action, g.resource)
+			}
+		}
+		for _, w := range want {
+			if !slices.Contains(grants, w) {
+				t.Errorf("role %s lacks %s on %s, which its code needs", id, w.action, w.resource)
+			}
+		}
+	}
+	for id := range leastPrivilege {
+		if _, ok := got[id]; !ok {
+			t.Errorf("no role %s in the rendered template", id)
+		}
+	}
+}
+
+// policyDocs returns the policy documents of one entry of a role's Policies, both branches of a
+// condition included.
+func policyDocs(p any) []any {
+	if branches, ok := at(p, "Fn::If").([]any); ok && len(branches) == 3 {
+		return append(policyDocs(branches[1]), policyDocs(branches[2])...)
+	}
+	if doc := at(p, "PolicyDocument"); doc != nil {
+		return []any{doc}
+	}
+	return nil
+}
+
+// resourceName names the resource a statement's Resource points at.
+func resourceName(v any) string {
+	switch {
+	case at(v, "Ref") != nil:
+		return fmt.Sprint(at(v, "Ref"))
+	case at(v, "Fn::GetAtt") != nil:
+		return strings.Join(flat(at(v, "Fn::GetAtt")), ".")
+	case at(v, "Fn::Sub") != nil:
+		return fmt.Sprint(at(v, "Fn::Sub"))
+	}
+	return fmt.Sprint(v)
 }

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,8 +21,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/eventbridge"
-	ebtypes "github.com/aws/aws-sdk-go-v2/service/eventbridge/types"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
@@ -35,10 +35,10 @@ func awsConfig() aws.Config {
 	}
 }
 
-// pipeline is the AWS side of the usage pipeline on moto: a custom bus, a rule for the gateway's
-// events, its target queue and that queue's dead-letter queue.
+// pipeline is the AWS side of the usage pipeline on moto: the aggregator's queue and its
+// dead-letter queue, which the EventBridge Pipe fills on AWS (here pkg/usage/pipe, the pipe's
+// stand-in, reading DynamoDB Local's stream of the usage table).
 type pipeline struct {
-	bus      string
 	sqs      *sqs.Client
 	queueURL string
 	dlqURL   string
@@ -51,10 +51,8 @@ const maxReceiveCount = 2
 func newPipeline(t *testing.T, endpoint, name string) *pipeline {
 	t.Helper()
 	ctx := t.Context()
-	cfg := awsConfig()
-	q := sqs.NewFromConfig(cfg, func(o *sqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
-	eb := eventbridge.NewFromConfig(cfg, func(o *eventbridge.Options) { o.BaseEndpoint = aws.String(endpoint) })
-	p := &pipeline{bus: name + "-usage", sqs: q}
+	q := sqs.NewFromConfig(awsConfig(), func(o *sqs.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	p := &pipeline{sqs: q}
 
 	dlq, err := q.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name + "-usage-dlq")})
 	if err != nil {
@@ -75,24 +73,6 @@ func newPipeline(t *testing.T, endpoint, name string) *pipeline {
 		t.Fatalf("create usage queue: %v", err)
 	}
 	p.queueURL = aws.ToString(main.QueueUrl)
-
-	if _, err := eb.CreateEventBus(ctx, &eventbridge.CreateEventBusInput{Name: aws.String(p.bus)}); err != nil {
-		t.Fatalf("create bus: %v", err)
-	}
-	if _, err := eb.PutRule(ctx, &eventbridge.PutRuleInput{
-		Name:         aws.String(name + "-usage"),
-		EventBusName: aws.String(p.bus),
-		EventPattern: aws.String(`{"source":["kiln.gateway"],"detail-type":["usage.recorded"]}`),
-	}); err != nil {
-		t.Fatalf("create rule: %v", err)
-	}
-	if _, err := eb.PutTargets(ctx, &eventbridge.PutTargetsInput{
-		Rule:         aws.String(name + "-usage"),
-		EventBusName: aws.String(p.bus),
-		Targets:      []ebtypes.Target{{Id: aws.String("usage-queue"), Arn: aws.String(p.queueARN(t, p.queueURL))}},
-	}); err != nil {
-		t.Fatalf("add rule target: %v", err)
-	}
 	return p
 }
 
@@ -256,34 +236,32 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-// faultyBus is a proxy in front of moto's EventBridge endpoint. While failing, it answers every
-// other PutEvents with a 500, and the others by forwarding only every second entry and
-// reporting the rest refused (FailedEntryCount, ErrorCode), as EventBridge does under trouble.
-type faultyBus struct {
+// faultyQueue is a proxy in front of moto's SQS endpoint. While failing, it answers every other
+// SendMessageBatch with a 500, and the others by forwarding only every second entry and
+// reporting the rest refused (Failed, Code InternalError), as SQS does under trouble.
+type faultyQueue struct {
 	srv          *httptest.Server
 	target       *url.URL
 	proxy        *httputil.ReverseProxy
 	failing      atomic.Bool
-	calls        atomic.Int64
-	failingCalls atomic.Int64 // PutEvents calls while failing
+	failingCalls atomic.Int64 // SendMessageBatch calls while failing
 	errors       atomic.Int64 // calls answered 500
 	refused      atomic.Int64 // entries reported failed
 }
 
-func newFaultyBus(t *testing.T, target string) *faultyBus {
+func newFaultyQueue(t *testing.T, target string) *faultyQueue {
 	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &faultyBus{target: u, proxy: httputil.NewSingleHostReverseProxy(u)}
+	f := &faultyQueue{target: u, proxy: httputil.NewSingleHostReverseProxy(u)}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
 }
 
-func (f *faultyBus) serve(w http.ResponseWriter, r *http.Request) {
-	f.calls.Add(1)
-	if !f.failing.Load() || r.Header.Get("X-Amz-Target") != "AWSEvents.PutEvents" {
+func (f *faultyQueue) serve(w http.ResponseWriter, r *http.Request) {
+	if !f.failing.Load() || r.Header.Get("X-Amz-Target") != "AmazonSQS.SendMessageBatch" {
 		f.proxy.ServeHTTP(w, r)
 		return
 	}
@@ -291,66 +269,99 @@ func (f *faultyBus) serve(w http.ResponseWriter, r *http.Request) {
 	// however few calls the failing window sees.
 	if f.failingCalls.Add(1)%2 == 0 {
 		f.errors.Add(1)
-		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.Header().Set("Content-Type", "application/x-amz-json-1.0")
 		w.WriteHeader(http.StatusInternalServerError)
-		io.WriteString(w, `{"__type":"InternalException","message":"injected by the test"}`)
+		io.WriteString(w, `{"__type":"com.amazonaws.sqs#InternalError","message":"injected by the test"}`)
 		return
 	}
-	var in struct {
-		Entries []json.RawMessage `json:"Entries"`
-	}
+	var in map[string]json.RawMessage
 	body, _ := io.ReadAll(r.Body)
-	if err := json.Unmarshal(body, &in); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+	var entries []struct {
+		ID string `json:"Id"`
+	}
+	if err := json.Unmarshal(body, &in); err != nil || json.Unmarshal(in["Entries"], &entries) != nil {
+		http.Error(w, "bad request body", http.StatusBadRequest)
 		return
 	}
+	var raw []json.RawMessage
+	_ = json.Unmarshal(in["Entries"], &raw)
 	var forward []json.RawMessage
-	// Every second entry is refused; a lone entry is refused too.
-	keep := func(i int) bool { return i%2 == 0 && len(in.Entries) > 1 }
-	for i, e := range in.Entries {
-		if keep(i) {
+	var failed []map[string]any
+	for i, e := range raw {
+		// Every second entry is refused; a lone entry is refused too.
+		if i%2 == 0 && len(raw) > 1 {
 			forward = append(forward, e)
+			continue
 		}
+		failed = append(failed, map[string]any{"Id": entries[i].ID, "SenderFault": false, "Code": "InternalError", "Message": "injected by the test"})
 	}
-	if len(forward) == 0 {
-		entries := make([]map[string]any, len(in.Entries))
-		for i := range entries {
-			entries[i] = map[string]any{"ErrorCode": "InternalFailure", "ErrorMessage": "injected by the test"}
+	f.refused.Add(int64(len(failed)))
+	out := map[string]any{"Successful": []any{}, "Failed": failed}
+	if len(forward) > 0 {
+		in["Entries"], _ = json.Marshal(forward)
+		fwdBody, _ := json.Marshal(in)
+		req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, f.target.String()+r.URL.Path, bytes.NewReader(fwdBody))
+		req.Header = r.Header.Clone()
+		req.Header.Del("Content-Length")
+		req.ContentLength = int64(len(fwdBody))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
 		}
-		f.refused.Add(int64(len(entries)))
-		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-		json.NewEncoder(w).Encode(map[string]any{"FailedEntryCount": len(entries), "Entries": entries})
-		return
+		defer resp.Body.Close()
+		var moto struct {
+			Successful []json.RawMessage `json:"Successful"`
+			Failed     []json.RawMessage `json:"Failed"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&moto); err != nil || len(moto.Successful)+len(moto.Failed) != len(forward) {
+			http.Error(w, fmt.Sprintf("moto answered %d entries: %v", len(moto.Successful), err), http.StatusBadGateway)
+			return
+		}
+		out["Successful"] = moto.Successful
+		for _, m := range moto.Failed {
+			var x map[string]any
+			_ = json.Unmarshal(m, &x)
+			failed = append(failed, x)
+		}
+		out["Failed"] = failed
 	}
-	fwdBody, _ := json.Marshal(map[string]any{"Entries": forward})
-	req, _ := http.NewRequestWithContext(r.Context(), http.MethodPost, f.target.String()+r.URL.Path, bytes.NewReader(fwdBody))
-	req.Header = r.Header.Clone()
-	req.Header.Del("Content-Length")
-	req.ContentLength = int64(len(fwdBody))
-	resp, err := http.DefaultClient.Do(req)
+	w.Header().Set("Content-Type", "application/x-amz-json-1.0")
+	json.NewEncoder(w).Encode(out)
+}
+
+// countingProxy stands in front of DynamoDB Local and counts the calls made through it, by
+// operation (the X-Amz-Target header's action).
+type countingProxy struct {
+	srv   *httptest.Server
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func newCountingProxy(t *testing.T, target string) *countingProxy {
+	u, err := url.Parse(target)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
-		return
+		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	var out struct {
-		Entries []map[string]any `json:"Entries"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || len(out.Entries) != len(forward) {
-		http.Error(w, fmt.Sprintf("moto answered %d entries: %v", len(out.Entries), err), http.StatusBadGateway)
-		return
-	}
-	entries := make([]map[string]any, len(in.Entries))
-	failed := 0
-	for i := range in.Entries {
-		if keep(i) {
-			entries[i] = out.Entries[i/2]
-		} else {
-			failed++
-			entries[i] = map[string]any{"ErrorCode": "InternalFailure", "ErrorMessage": "injected by the test"}
+	c := &countingProxy{calls: map[string]int{}}
+	proxy := httputil.NewSingleHostReverseProxy(u)
+	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		op := r.Header.Get("X-Amz-Target")
+		if _, action, ok := strings.Cut(op, "."); ok {
+			op = action
 		}
-	}
-	f.refused.Add(int64(failed))
-	w.Header().Set("Content-Type", "application/x-amz-json-1.1")
-	json.NewEncoder(w).Encode(map[string]any{"FailedEntryCount": failed, "Entries": entries})
+		c.mu.Lock()
+		c.calls[op]++
+		c.mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(c.srv.Close)
+	return c
+}
+
+// snapshot returns the counts so far, by operation.
+func (c *countingProxy) snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.calls)
 }

@@ -1,7 +1,10 @@
 // Package pipeline tests the usage pipeline end to end on real local services: the gateway (the
-// real handler, wired by pkg/local as `make run` wires it) on DynamoDB Local, publishing to a moto
-// EventBridge bus whose rule fills a moto SQS queue with a dead-letter queue, and the real
-// aggregator code (pkg/ingest and usage.Aggregator) consuming that queue.
+// real handler, wired as on Lambda: nothing published per request) on DynamoDB Local, whose usage
+// table's stream the pipe's stand-in (pkg/usage/pipe) carries to a moto SQS queue with a
+// dead-letter queue, as the EventBridge Pipe does on AWS, and the real aggregator code
+// (pkg/ingest and usage.Aggregator) consuming that queue. It also runs the gateway as `make run`
+// wires it on DynamoDB Local (its own pipe, straight into the aggregator), and counts the AWS
+// calls a request makes.
 package pipeline
 
 import (
@@ -24,11 +27,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/neocloud/kiln/infra"
 	"github.com/neocloud/kiln/pkg/apikey"
 	"github.com/neocloud/kiln/pkg/config"
+	"github.com/neocloud/kiln/pkg/gateway"
 	"github.com/neocloud/kiln/pkg/ingest"
 	"github.com/neocloud/kiln/pkg/local"
 	"github.com/neocloud/kiln/pkg/money"
@@ -36,6 +41,7 @@ import (
 	"github.com/neocloud/kiln/pkg/store/dynamo"
 	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
 	"github.com/neocloud/kiln/pkg/usage"
+	"github.com/neocloud/kiln/pkg/usage/pipe"
 	"github.com/neocloud/kiln/tests/internal/output"
 )
 
@@ -219,7 +225,7 @@ type tenant struct {
 }
 
 // load sends n requests of every kind across the tenants and models, conc at a time.
-func load(t *testing.T, g *gatewayProc, tenants []tenant, n, conc int, rng *rand.Rand) {
+func load(t *testing.T, base string, tenants []tenant, n, conc int, rng *rand.Rand) {
 	t.Helper()
 	kinds := []string{"completed", "completed", "completed", "streamed", "streamed", "streamed", "completions",
 		"completions", "disconnected", "disconnected", "failed", "rejected"}
@@ -235,7 +241,7 @@ func load(t *testing.T, g *gatewayProc, tenants []tenant, n, conc int, rng *rand
 	for range conc {
 		wg.Go(func() {
 			for x := range reqs {
-				if err := x.r.send(t.Context(), client, g.base, x.t.key); err != nil {
+				if err := x.r.send(t.Context(), client, base, x.t.key); err != nil {
 					mu.Lock()
 					errs = append(errs, err)
 					mu.Unlock()
@@ -340,45 +346,68 @@ func equalTotals(a, b map[dayKey]usage.Totals) bool {
 	return true
 }
 
-// TestPipeline drives a few hundred requests of every outcome through the real gateway with the
-// EventBridge bus failing for a while, drains the pipeline through the real aggregator code, and
-// checks that the aggregates equal the events and the ledger's debits exactly; then redelivers
-// every message twice, shuffled, and adds a poison message.
-func TestPipeline(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, uint64(time.Now().UnixNano())))
-	p := newPipeline(t, moto.Endpoint, fmt.Sprintf("kiln%d", os.Getpid()))
-	bus := newFaultyBus(t, moto.Endpoint)
+// lambdaGateway is the gateway as functions/gateway wires it on Lambda (local.GatewayOptions,
+// settlement before the handler returns, no pipe and no publisher), served over HTTP on loopback,
+// on tables it creates first. It returns the API's base URL.
+func lambdaGateway(t *testing.T, env map[string]string) string {
+	t.Helper()
+	getenv := func(k string) string { return env[k] }
+	cfg, err := config.Load(getenv)
+	if err != nil {
+		t.Fatalf("config: %v", err)
+	}
+	if _, _, err := config.CreateLocalTables(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := local.LoadCatalog(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	if cfg.Simulator != "" {
+		stop, err := local.StartSimulator(cfg.Simulator, cat, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(stop)
+	}
+	st, err := config.OpenStore(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(local.GatewayOptions(cfg, cat, st, getenv, nil, log))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: gw, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	t.Cleanup(func() {
+		srv.Close()
+		st.Close()
+	})
+	return "http://" + ln.Addr().String() + "/v1"
+}
 
-	// The reference catalog, its backends on a port of this test's own.
-	simAddr := freeAddr(t)
+// catalogFor writes the reference catalog with its backends on simAddr.
+func catalogFor(t *testing.T, simAddr string) string {
+	t.Helper()
 	catalogFile := filepath.Join(t.TempDir(), "catalog.yaml")
 	if err := os.WriteFile(catalogFile, bytes.ReplaceAll(infra.ReferenceCatalog, []byte("127.0.0.1:8090"), []byte(simAddr)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	storeCfg := ddb.Config()
-	env := map[string]string{
-		"KILN_ADDR":                 "127.0.0.1:0",
-		"KILN_STORE":                "dynamodb",
-		"KILN_DYNAMODB_ENDPOINT":    ddb.Endpoint,
-		"KILN_TABLE_PREFIX":         storeCfg.TablePrefix,
-		"KILN_EVENT_BUS":            p.bus,
-		"KILN_EVENTBRIDGE_ENDPOINT": bus.srv.URL,
-		"KILN_CATALOG":              catalogFile,
-		"KILN_SIMULATOR_ADDR":       simAddr,
-		"KILN_USAGE_SWEEP":          "2s",
-		"KILN_SHUTDOWN_GRACE":       "5s",
-		"AWS_REGION":                "us-east-1",
-	}
-	g := startGateway(t, env) // creates the tables, the demo organization and its key
-	st, err := dynamo.Open(t.Context(), storeCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return catalogFile
+}
 
-	// Three more organizations with credits and a key each.
-	tenants := []tenant{{local.DemoOrgID, g.demoKey}}
+// newTenants creates n organizations with credits and a key each.
+func newTenants(t *testing.T, st *dynamo.Store, n int) []tenant {
+	t.Helper()
+	var tenants []tenant
 	now := time.Now().UTC()
-	for i := 1; i <= 3; i++ {
+	for i := 1; i <= n; i++ {
 		org := fmt.Sprintf("org_%d", i)
 		if err := st.CreateOrg(t.Context(), store.Org{ID: org, Name: org, Status: store.OrgActive, MaxInFlight: 8, CreatedAt: now}); err != nil {
 			t.Fatal(err)
@@ -395,10 +424,52 @@ func TestPipeline(t *testing.T) {
 		}
 		tenants = append(tenants, tenant{org, key})
 	}
+	return tenants
+}
+
+// TestPipeline drives a few hundred requests of every outcome through the real gateway, wired as
+// on Lambda, with the queue refusing the pipe's batches for a while; drains the pipeline through
+// the real aggregator code, and checks that the aggregates equal the usage records and the
+// ledger's debits exactly; then redelivers every message twice, shuffled, and adds a poison
+// message.
+func TestPipeline(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, uint64(time.Now().UnixNano())))
+	p := newPipeline(t, moto.Endpoint, fmt.Sprintf("kiln%d", os.Getpid()))
+	queue := newFaultyQueue(t, moto.Endpoint)
+
+	simAddr := freeAddr(t)
+	storeCfg := ddb.Config()
+	env := map[string]string{
+		"KILN_STORE":             "dynamodb",
+		"KILN_DYNAMODB_ENDPOINT": ddb.Endpoint,
+		"KILN_TABLE_PREFIX":      storeCfg.TablePrefix,
+		"KILN_CATALOG":           catalogFor(t, simAddr),
+		"KILN_SIMULATOR_ADDR":    simAddr,
+		"AWS_REGION":             "us-east-1",
+	}
+	base := lambdaGateway(t, env)
+	st, err := dynamo.Open(t.Context(), storeCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tenants := newTenants(t, st, 4)
 	orgs := []string{}
 	for _, tn := range tenants {
 		orgs = append(orgs, tn.orgID)
 	}
+
+	// The pipe: the usage table's stream to the queue, through the faulty proxy.
+	arn, err := pipe.StreamOf(t.Context(), st.Client(), st.Tables().Usage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipeLogs := &output.Buffer{}
+	target := pipe.SQS{Client: sqs.NewFromConfig(awsConfig(), func(o *sqs.Options) { o.BaseEndpoint = aws.String(queue.srv.URL) }), QueueURL: p.queueURL}
+	pp := pipe.New(st.Client(), arn, target, slog.New(slog.NewJSONHandler(pipeLogs, nil)))
+	pctx, stopPipe := context.WithCancel(context.Background())
+	pipeDone := make(chan struct{})
+	go func() { defer close(pipeDone); pp.Run(pctx, 100*time.Millisecond) }()
+	t.Cleanup(func() { stopPipe(); <-pipeDone })
 
 	// The aggregator: the real handler and fold, on its own store client.
 	aggStore, err := dynamo.Open(t.Context(), storeCfg)
@@ -412,30 +483,23 @@ func TestPipeline(t *testing.T) {
 	t.Cleanup(func() { stopConsumer(); <-consumerDone })
 
 	start := time.Now()
-	// 1. A healthy bus.
-	// moto's PutEvents costs about 100 ms an entry (and runs one request at a time): 200 events
-	// and the retries take it about half a minute.
+	// 1. A healthy queue.
 	const healthy, failing = 120, 80
-	load(t, g, tenants, healthy, 6, rng)
-	// 2. The bus fails: half the calls answer 500, the others refuse half their entries.
-	bus.failing.Store(true)
-	load(t, g, tenants, failing, 6, rng)
-	// Keep failing until both faults have bitten and the workers have given up on some events
-	// (a loaded machine may see few PutEvents calls in a fixed window).
-	for deadline := time.Now().Add(30 * time.Second); (bus.errors.Load() == 0 || bus.refused.Load() == 0) && time.Now().Before(deadline); {
+	load(t, base, tenants, healthy, 6, rng)
+	// 2. The queue fails: half the pipe's calls answer 500, the others refuse half their entries.
+	queue.failing.Store(true)
+	load(t, base, tenants, failing, 6, rng)
+	// Keep failing until both faults have bitten (a loaded machine may see few calls in a fixed
+	// window).
+	for deadline := time.Now().Add(30 * time.Second); (queue.errors.Load() == 0 || queue.refused.Load() == 0) && time.Now().Before(deadline); {
 		time.Sleep(100 * time.Millisecond)
 	}
-	time.Sleep(2 * time.Second)
-	left, err := st.Unpublished(t.Context(), time.Now().Add(time.Hour), 1000)
-	if err != nil {
-		t.Fatal(err)
+	t.Logf("queue failing: %d calls answered 500, %d entries refused", queue.errors.Load(), queue.refused.Load())
+	if queue.errors.Load() == 0 || queue.refused.Load() == 0 {
+		t.Errorf("the failing queue did not bite: %d errors, %d refused entries", queue.errors.Load(), queue.refused.Load())
 	}
-	t.Logf("bus failing: %d calls answered 500, %d entries refused, %d events left in the outbox", bus.errors.Load(), bus.refused.Load(), len(left))
-	if bus.errors.Load() == 0 || bus.refused.Load() == 0 || len(left) == 0 {
-		t.Errorf("the failing bus did not bite: %d errors, %d refused entries, %d unpublished", bus.errors.Load(), bus.refused.Load(), len(left))
-	}
-	// 3. It recovers; the sweep publishes what the failures left.
-	bus.failing.Store(false)
+	// 3. It recovers; the pipe delivers what it held back.
+	queue.failing.Store(false)
 
 	from, to := start.Add(-time.Hour), time.Now().Add(time.Hour)
 	fromDay, toDay := from.UTC().Format(time.DateOnly), to.UTC().Format(time.DateOnly)
@@ -447,15 +511,11 @@ func TestPipeline(t *testing.T) {
 	var got map[dayKey]usage.Totals
 	for {
 		got = aggregates(t, aggStore, orgs, fromDay, toDay)
-		unpub, err := st.Unpublished(t.Context(), time.Now().Add(time.Hour), 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if equalTotals(got, want) && len(unpub) == 0 {
+		if equalTotals(got, want) {
 			break
 		}
 		if time.Now().After(drainDeadline) {
-			t.Fatalf("pipeline did not drain in 90 s: %d unpublished; aggregates\n%v\nwant\n%v", len(unpub), got, want)
+			t.Fatalf("pipeline did not drain in 90 s; aggregates\n%v\nwant\n%v\npipe logs:\n%s", got, want, tail(pipeLogs.String(), 3000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -508,7 +568,7 @@ func TestPipeline(t *testing.T) {
 	p.send(t, replay)
 
 	// A poison message among valid ones: reported failed alone, then dead-lettered.
-	poison := `{"version":"0","source":"kiln.gateway","detail-type":"usage.recorded","detail":{"generation_id":"gen-poison"}}`
+	poison := `{"eventSource":"aws:dynamodb","eventName":"INSERT","dynamodb":{"NewImage":{"generation_id":{"S":"gen-poison"},"status":{"S":"completed"}}}}`
 	p.send(t, []string{bodies[0], poison, bodies[1], bodies[2]})
 	deadline := time.Now().Add(45 * time.Second)
 	for c.handled.Load() < before+int64(len(replay))+3 {
@@ -556,4 +616,120 @@ func TestPipeline(t *testing.T) {
 		t.Errorf("usage queue holds %d messages at the end (%v)", n, err)
 	}
 	c.check(t)
+}
+
+// TestLocalPipe runs the gateway as `make run` wires it on DynamoDB Local
+// (KILN_STORE=dynamodb KILN_DYNAMODB_ENDPOINT=...): its own stand-in for the pipe reads the usage
+// table's stream and folds every settled request into the aggregates, exactly as the ledger
+// debits it; a shutdown reads the stream to its end first.
+func TestLocalPipe(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, uint64(time.Now().UnixNano())))
+	simAddr := freeAddr(t)
+	storeCfg := ddb.Config()
+	g := startGateway(t, map[string]string{
+		"KILN_ADDR":              "127.0.0.1:0",
+		"KILN_STORE":             "dynamodb",
+		"KILN_DYNAMODB_ENDPOINT": ddb.Endpoint,
+		"KILN_TABLE_PREFIX":      storeCfg.TablePrefix,
+		"KILN_CATALOG":           catalogFor(t, simAddr),
+		"KILN_SIMULATOR_ADDR":    simAddr,
+		"KILN_SHUTDOWN_GRACE":    "5s",
+	})
+	st, err := dynamo.Open(t.Context(), storeCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	tenants := []tenant{{local.DemoOrgID, g.demoKey}}
+	load(t, g.base, tenants, 30, 4, rng)
+	from, to := start.Add(-time.Hour), time.Now().Add(time.Hour)
+	fromDay, toDay := from.UTC().Format(time.DateOnly), to.UTC().Format(time.DateOnly)
+	orgs := []string{local.DemoOrgID}
+	// The local server settles after the response: the records come a moment after it.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		evs, err := st.Usage(t.Context(), local.DemoOrgID, from, to)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) >= 30 || time.Now().After(deadline) {
+			break
+		}
+	}
+	want, debits, n := expected(t, st, orgs, from, to)
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		got := aggregates(t, st, orgs, fromDay, toDay)
+		if n == 30 && equalTotals(got, want) {
+			for k, tot := range perDay(got) {
+				if tot.Cost != debits[k] {
+					t.Errorf("%v: aggregate cost %s, ledger debits %s", k, tot.Cost, debits[k])
+				}
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d usage records for 30 requests; aggregates\n%v\nwant\n%v", n, got, want)
+		}
+	}
+}
+
+// TestAWSCallsPerRequest counts, with a proxy in front of DynamoDB Local, the AWS calls the
+// gateway wired as on Lambda makes for warm requests of every kind: two, admission and
+// settlement (both TransactWriteItems), and nothing published. A key or organization lookup
+// (GetItem) may come when a cache entry expires (KILN_CACHE_TTL); none is allowed here within
+// the cache's lifetime, which the test sets at its 5 s maximum.
+func TestAWSCallsPerRequest(t *testing.T) {
+	proxy := newCountingProxy(t, ddb.Endpoint)
+	simAddr := freeAddr(t)
+	storeCfg := ddb.Config()
+	base := lambdaGateway(t, map[string]string{
+		"KILN_STORE":             "dynamodb",
+		"KILN_DYNAMODB_ENDPOINT": proxy.srv.URL,
+		"KILN_TABLE_PREFIX":      storeCfg.TablePrefix,
+		"KILN_CATALOG":           catalogFor(t, simAddr),
+		"KILN_SIMULATOR_ADDR":    simAddr,
+		"KILN_CACHE_TTL":         "5s",
+	})
+	st, err := dynamo.Open(t.Context(), storeCfg) // straight to DynamoDB Local: not counted
+	if err != nil {
+		t.Fatal(err)
+	}
+	tn := newTenants(t, st, 1)[0]
+	client := &http.Client{Timeout: 30 * time.Second}
+	settled := func(before int) int {
+		// Settlement may end after the client has read the response: wait for its write.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if n := proxy.snapshot()["TransactWriteItems"]; n >= before+2 || time.Now().After(deadline) {
+				return n
+			}
+		}
+	}
+	// The first request warms the key and organization caches.
+	if err := (request{kind: "completed", model: "qwen3-32b", tokens: 3}).send(t.Context(), client, base, tn.key); err != nil {
+		t.Fatal(err)
+	}
+	settled(0)
+	for _, kind := range []string{"completed", "streamed", "completions", "failed", "rejected", "completed", "streamed"} {
+		windowStart := time.Now()
+		before := proxy.snapshot()
+		if err := (request{kind: kind, model: "gpt-oss-120b", tokens: 5}).send(t.Context(), client, base, tn.key); err != nil {
+			t.Fatal(err)
+		}
+		settled(before["TransactWriteItems"])
+		time.Sleep(50 * time.Millisecond) // anything else the request would still call
+		after := proxy.snapshot()
+		calls, total := map[string]int{}, 0
+		for op, n := range after {
+			if d := n - before[op]; d > 0 {
+				calls[op] = d
+				total += d
+			}
+		}
+		t.Logf("%s request: %v", kind, calls)
+		if time.Since(windowStart) >= 5*time.Second {
+			continue // a cache entry may have expired: a lookup is allowed then
+		}
+		if total > 2 || calls["TransactWriteItems"] != 2 {
+			t.Errorf("%s request: %d AWS calls %v, want 2 (TransactWriteItems: admission, settlement)", kind, total, calls)
+		}
+	}
 }

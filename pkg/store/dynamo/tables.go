@@ -13,7 +13,9 @@ import (
 
 // TableDefinitions returns the CreateTable inputs of the store's tables, on-demand capacity.
 // In AWS the tables come from the deployment template (with point-in-time recovery on the ledger
-// and usage tables, see docs/dynamodb.md); these definitions serve local servers and tests.
+// and usage tables, see docs/dynamodb.md); these definitions serve local servers and tests. The
+// usage table has a stream of new images: the usage pipeline reads it (an EventBridge Pipe on
+// AWS, pkg/usage/pipe locally).
 func TableDefinitions(t Tables) []*dynamodb.CreateTableInput {
 	attr := func(name string, typ types.ScalarAttributeType) types.AttributeDefinition {
 		return types.AttributeDefinition{AttributeName: aws.String(name), AttributeType: typ}
@@ -54,7 +56,8 @@ func TableDefinitions(t Tables) []*dynamodb.CreateTableInput {
 			TableName: aws.String(t.Usage),
 			AttributeDefinitions: []types.AttributeDefinition{attr("org_id", s), attr("generation_id", s), attr("started_at", n),
 				attr("unpublished", s), attr("settled_at", n)},
-			KeySchema: key("org_id", "generation_id"),
+			KeySchema:           key("org_id", "generation_id"),
+			StreamSpecification: UsageStream(),
 			GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{
 				index(UsageByStartIndex, "org_id", "started_at"),
 				index(UsageUnpublishedIndex, "unpublished", "settled_at"),
@@ -68,6 +71,11 @@ func TableDefinitions(t Tables) []*dynamodb.CreateTableInput {
 	}
 }
 
+// UsageStream is the usage table's stream: new images, all the pipeline reads.
+func UsageStream() *types.StreamSpecification {
+	return &types.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: types.StreamViewTypeNewImage}
+}
+
 // CreateTables creates those of the store's tables that do not exist yet and waits until every
 // one is active. It returns the names of the tables it created.
 func (s *Store) CreateTables(ctx context.Context) ([]string, error) {
@@ -78,6 +86,11 @@ func (s *Store) CreateTables(ctx context.Context) ([]string, error) {
 		var inUse *types.ResourceInUseException
 		switch {
 		case errors.As(err, &inUse):
+			if def.StreamSpecification != nil {
+				if err := s.enableStream(ctx, aws.ToString(def.TableName), def.StreamSpecification); err != nil {
+					return created, err
+				}
+			}
 		case err != nil:
 			return created, fmt.Errorf("create table %s: %w", aws.ToString(def.TableName), err)
 		default:
@@ -93,4 +106,19 @@ func (s *Store) CreateTables(ctx context.Context) ([]string, error) {
 		}
 	}
 	return created, nil
+}
+
+// enableStream turns on the stream of an existing table made before it had one.
+func (s *Store) enableStream(ctx context.Context, table string, spec *types.StreamSpecification) error {
+	out, err := s.db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &table})
+	if err != nil {
+		return fmt.Errorf("describe table %s: %w", table, err)
+	}
+	if cur := out.Table.StreamSpecification; cur != nil && aws.ToBool(cur.StreamEnabled) {
+		return nil
+	}
+	if _, err := s.db.UpdateTable(ctx, &dynamodb.UpdateTableInput{TableName: &table, StreamSpecification: spec}); err != nil {
+		return fmt.Errorf("enable the stream of table %s: %w", table, err)
+	}
+	return nil
 }

@@ -1,0 +1,61 @@
+package upstream
+
+import "net/http"
+
+// TokenSource gives backends their bearer token at run time, for a token that rotates (a
+// Secrets Manager secret): the pool asks for it on every request and tells it when a backend
+// refused it (401 or 403), so that it reads the token again. Options.Tokens maps the api_key_env
+// names of the catalog to sources; a backend whose api_key_env has one takes the source's token
+// instead of the variable's.
+type TokenSource interface {
+	// Token returns the current token; "" sends none.
+	Token() string
+	// Refused reports that a backend answered 401 or 403 to the current token.
+	Refused()
+}
+
+// authLine is the Authorization header line of a backend's request, "" without a source or
+// token. A token with a line break could add header lines: the source refuses those (pkg/secret),
+// and this drops it too.
+func (be *backend) authLine() string {
+	if be.token == nil {
+		return ""
+	}
+	tok := be.token.Token()
+	if tok == "" || !validToken(tok) {
+		return ""
+	}
+	return "Authorization: Bearer " + tok + "\r\n"
+}
+
+// headerFor is the header of a request through the Transport: the shared one, or a copy with the
+// source's token.
+func (be *backend) headerFor() http.Header {
+	if be.token == nil {
+		return be.header
+	}
+	tok := be.token.Token()
+	if tok == "" || !validToken(tok) {
+		return be.header
+	}
+	h := be.header.Clone()
+	h.Set("Authorization", "Bearer "+tok)
+	return h
+}
+
+// refused tells the source that the backend did not accept its token.
+func (be *backend) refused(status int) {
+	if be.token != nil && (status == http.StatusUnauthorized || status == http.StatusForbidden) {
+		be.token.Refused()
+	}
+}
+
+// validToken reports whether tok is printable ASCII without spaces, as a bearer token is.
+func validToken(tok string) bool {
+	for i := 0; i < len(tok); i++ {
+		if c := tok[i]; c <= ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
