@@ -19,9 +19,10 @@ func TestTemplateReconcilesDaily(t *testing.T) {
 		t.Errorf("Reconcile event %v: want a daily Schedule with input {\"task\":\"reconcile\"}", ev)
 	}
 
-	grants := map[string][]string{} // action → resources, as written
-	for _, p := range flatAny(at(fn, "Properties", "Policies")) {
-		for _, st := range flatAny(at(p, "Statement")) {
+	grants := map[string][]string{} // action → resources, as written in the aggregator's role
+	role := resourcesOf(tpl, "AWS::IAM::Role")["AggregatorRole"]
+	for _, p := range flatAny(at(role, "Properties", "Policies")) {
+		for _, st := range flatAny(at(p, "PolicyDocument", "Statement")) {
 			for _, a := range flat(at(st, "Action")) {
 				for _, r := range flatAny(at(st, "Resource")) {
 					grants[a] = append(grants[a], fmt.Sprint(r))

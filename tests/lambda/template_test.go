@@ -466,6 +466,10 @@ var leastPrivilege = map[string][]grant{
 		{"dynamodb:PutItem", "AggregatesTable.Arn"}, {"dynamodb:UpdateItem", "AggregatesTable.Arn"},
 		{"sqs:ReceiveMessage", "UsageQueue.Arn"}, {"sqs:DeleteMessage", "UsageQueue.Arn"},
 		{"sqs:ChangeMessageVisibility", "UsageQueue.Arn"}, {"sqs:GetQueueAttributes", "UsageQueue.Arn"},
+		// The daily reconciliation (pkg/finance, functions/aggregator/reconcile.go).
+		{"dynamodb:Scan", "OrgsTable.Arn"}, {"dynamodb:Query", "${UsageTable.Arn}/index/by-started"},
+		{"dynamodb:Query", "LedgerTable.Arn"}, {"dynamodb:Query", "AggregatesTable.Arn"},
+		{"dynamodb:BatchGetItem", "AggregatesTable.Arn"},
 	},
 	"UsagePipeRole": {
 		{"dynamodb:DescribeStream", "UsageTable.StreamArn"}, {"dynamodb:GetRecords", "UsageTable.StreamArn"},

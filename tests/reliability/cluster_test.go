@@ -167,11 +167,11 @@ func TestManyGatewaysOneStore(t *testing.T) {
 	killMidStream(t, st, gws, key, org)
 }
 
-// clusterRequest sends one short stream and counts it open from its 200 until the first event
-// after its generated content (the finish chunk, or [DONE]): both lie inside the time its slot is
-// held (admission comes before the headers; the release, which comes before the stream's last
-// event so that the slot is free when the client sees the end, comes after every chunk of the
-// answer), so the count can never legitimately exceed the limit.
+// clusterRequest sends one short stream and counts it open from its 200 until its last chunk of
+// content (the one with its finish reason), or the first event after its content: both lie inside
+// the time its slot is held (admission comes before the headers; the release, which comes before
+// the stream's last event so that the slot is free when the client sees the end, comes after every
+// chunk of the answer is sent), so the count can never legitimately exceed the limit.
 func clusterRequest(ctx context.Context, base, key, content string, open, maxOpen *atomic.Int64) (int, string, error) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions",
 		strings.NewReader(chatBody("ok", content, true, clusterTokens)))
@@ -220,6 +220,10 @@ func clusterRequest(ctx context.Context, base, key, content string, open, maxOpe
 		}
 		if isContent(d) {
 			chunks++
+			if strings.Contains(d, `"finish_reason":"`) && !closed {
+				open.Add(-1) // the answer's last chunk (vLLM puts the finish reason on it)
+				closed = true
+			}
 			continue
 		}
 		if !closed && (chunks > 0 || d == "[DONE]") {
