@@ -109,8 +109,8 @@ type AdmitRequest struct {
 }
 
 // Settlement ends a request: it releases the lease and its reservation, debits Event.Cost from
-// the organization's balance once per generation id, and records the event, unpublished (see
-// Outbox).
+// the organization's balance once per generation id, and records the event (on DynamoDB the usage
+// table's stream carries that record to the aggregator).
 //
 // The debit never takes the balance below zero. While the lease is held its reservation covers
 // the debit, and what the reservation does not cover is taken from what the organization has
@@ -219,25 +219,6 @@ type Admin interface {
 	SetMaintenance(ctx context.Context, m Maintenance) error
 }
 
-// EventRef names one recorded usage event.
-type EventRef struct {
-	OrgID        string
-	GenerationID string
-}
-
-// Outbox is the usage records seen as the outbox of the usage pipeline: Settle records every
-// event as unpublished, in the same transaction as the debit, and it stays so until a publisher
-// has had it acknowledged by the bus. An event is therefore never lost between settlement and
-// the bus: whatever a crash, a full queue or a failing bus left unpublished, the sweep finds here.
-type Outbox interface {
-	// Unpublished lists up to limit events settled before before whose publication has not been
-	// acknowledged, oldest settlement first.
-	Unpublished(ctx context.Context, before time.Time, limit int) ([]usage.Event, error)
-	// MarkPublished records that the bus acknowledged these events. Events already marked, or
-	// not recorded at all, are skipped without error.
-	MarkPublished(ctx context.Context, refs []EventRef) error
-}
-
 // Aggregates is the storage of the usage roll-ups that usage.Aggregator folds events into.
 type Aggregates interface {
 	// Fold writes the marker of d's generation id and adds d's totals to its organization's
@@ -256,7 +237,6 @@ type Aggregates interface {
 type Store interface {
 	Gateway
 	Admin
-	Outbox
 	Aggregates
 	Close() error
 }

@@ -218,7 +218,6 @@ func eventItem(e usage.Event, settled int64, token string) (item, error) {
 		"duration_ms":       nv(e.DurationMillis),
 		"backend":           sv(e.Backend),
 		"settled_at":        nv(settled),
-		"unpublished":       sv(outboxShard(e.GenerationID)),
 		"settlement_token":  sv(token),
 	}, nil
 }

@@ -53,14 +53,12 @@ func TableDefinitions(t Tables) []*dynamodb.CreateTableInput {
 			KeySchema:            key("org_id", "entry_id"),
 		},
 		{
-			TableName: aws.String(t.Usage),
-			AttributeDefinitions: []types.AttributeDefinition{attr("org_id", s), attr("generation_id", s), attr("started_at", n),
-				attr("unpublished", s), attr("settled_at", n)},
-			KeySchema:           key("org_id", "generation_id"),
-			StreamSpecification: UsageStream(),
+			TableName:            aws.String(t.Usage),
+			AttributeDefinitions: []types.AttributeDefinition{attr("org_id", s), attr("generation_id", s), attr("started_at", n)},
+			KeySchema:            key("org_id", "generation_id"),
+			StreamSpecification:  UsageStream(),
 			GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{
 				index(UsageByStartIndex, "org_id", "started_at"),
-				index(UsageUnpublishedIndex, "unpublished", "settled_at"),
 			},
 		},
 		{

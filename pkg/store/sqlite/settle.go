@@ -18,9 +18,10 @@ var errApplied = errors.New("already applied")
 // Settle releases the lease, debits the event's cost and records the event in one write
 // transaction. The usage row, keyed by organization and generation id, makes a replay change
 // nothing. A debit entry (ID = generation id, amount = -cost) is written only for a non-zero
-// cost, so rejected requests do not fill the ledger with zero entries. The event is recorded
-// unpublished, in the outbox, unless the store folds at settlement (Options), when the same
-// transaction folds it into the aggregates instead and marks the usage row folded.
+// cost, so rejected requests do not fill the ledger with zero entries. When the store folds at
+// settlement (Options), the same transaction folds the event into the aggregates and marks the
+// usage row folded. (The unpublished_since column, the outbox of a publisher that no longer
+// exists, is left empty.)
 //
 // The debit is capped at the balance less the reservations of the organization's other unexpired
 // leases (the request's own reservation covers it while its lease is held), so that it never
@@ -58,7 +59,6 @@ func (s *Store) settle(ctx context.Context, st *store.Settlement, off *money.Amo
 	if err != nil {
 		return err
 	}
-	unpublished := sql.NullInt64{Int64: now, Valid: !s.opt.FoldAtSettlement}
 	cost := e.Cost
 	if s.slots != nil {
 		var read int64
@@ -110,7 +110,7 @@ func (s *Store) settle(ctx context.Context, st *store.Settlement, off *money.Amo
 		res, err := s.stmt(ctx, tx, s.st.settleUsage).ExecContext(ctx,
 			e.OrgID, e.GenerationID, e.Version, e.KeyID, e.Model, e.Endpoint, e.Stream, string(e.Status),
 			e.HTTPStatus, e.FinishReason, e.PromptTokens, e.CachedTokens, e.CompletionTokens, int64(e.Cost),
-			e.Estimated, started, e.TTFTMillis, e.DurationMillis, e.Backend, unpublished, s.opt.FoldAtSettlement)
+			e.Estimated, started, e.TTFTMillis, e.DurationMillis, e.Backend, nil, s.opt.FoldAtSettlement)
 		if err != nil {
 			// Its foreign key: an unknown organization fails the insert, which changed nothing.
 			if errors.Is(orgExists(ctx, tx, e.OrgID), store.ErrNotFound) {

@@ -12,73 +12,8 @@ import (
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
-func unpublished(t *testing.T, s store.Store, before time.Time, limit int) []string {
-	t.Helper()
-	events, err := s.Unpublished(ctx(t), before, limit)
-	if err != nil {
-		t.Fatalf("Unpublished: %v", err)
-	}
-	ids := []string{}
-	for _, e := range events {
-		ids = append(ids, e.OrgID+"/"+e.GenerationID)
-	}
-	return ids
-}
-
-// testOutbox: settlement records the event unpublished; Unpublished lists by settlement time,
-// before a bound and up to a limit, with the whole event; MarkPublished takes events out for
-// good, a replayed settlement does not put them back, and unknown refs are ignored.
-func testOutbox(t *testing.T, s store.Store) {
-	createOrg(t, s, "org-a", 4, mustParse(t, "10"))
-	createOrg(t, s, "org-b", 4, mustParse(t, "10"))
-	e1 := event("org-a", "gen-1", mustParse(t, "0.000001155"), at(-time.Minute))
-	e2 := event("org-b", "gen-2", 0, at(-time.Minute))
-	e3 := event("org-a", "gen-3", mustParse(t, "0.5"), at(-time.Minute))
-	settle(t, s, admit(t, s, "org-a", "gen-1", t0), e1, at(1*time.Second))
-	settle(t, s, admit(t, s, "org-b", "gen-2", t0), e2, at(2*time.Second))
-	settle(t, s, admit(t, s, "org-a", "gen-3", t0), e3, at(3*time.Second))
-
-	if got, want := unpublished(t, s, at(time.Hour), 10), []string{"org-a/gen-1", "org-b/gen-2", "org-a/gen-3"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("Unpublished = %v, want %v (oldest settlement first)", got, want)
-	}
-	if got, want := unpublished(t, s, at(2*time.Second), 10), []string{"org-a/gen-1"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("Unpublished(before the second settlement) = %v, want %v", got, want)
-	}
-	if got := unpublished(t, s, at(time.Hour), 2); len(got) != 2 {
-		t.Errorf("Unpublished(limit 2) = %v", got)
-	}
-	events, err := s.Unpublished(ctx(t), at(time.Hour), 10)
-	if err != nil || len(events) != 3 || !sameEvent(events[2], e3) {
-		t.Errorf("Unpublished events = %+v, %v; want the whole events", events, err)
-	}
-
-	refs := []store.EventRef{{OrgID: "org-a", GenerationID: "gen-1"}, {OrgID: "org-a", GenerationID: "gen-3"},
-		{OrgID: "org-a", GenerationID: "gen-unknown"}, {OrgID: "org-b", GenerationID: "gen-1"}}
-	if err := s.MarkPublished(ctx(t), refs); err != nil {
-		t.Fatalf("MarkPublished: %v", err)
-	}
-	if err := s.MarkPublished(ctx(t), refs[:1]); err != nil {
-		t.Fatalf("MarkPublished again: %v", err)
-	}
-	if got, want := unpublished(t, s, at(time.Hour), 10), []string{"org-b/gen-2"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("after MarkPublished, Unpublished = %v, want %v", got, want)
-	}
-	if res := settle(t, s, store.Lease{}, e1, at(4*time.Second)); !res.AlreadyApplied {
-		t.Error("replayed Settle not AlreadyApplied")
-	}
-	if got, want := unpublished(t, s, at(time.Hour), 10), []string{"org-b/gen-2"}; !reflect.DeepEqual(got, want) {
-		t.Errorf("after a replayed settlement, Unpublished = %v, want %v", got, want)
-	}
-	if _, err := s.Generation(ctx(t), "org-a", "gen-unknown"); err == nil {
-		t.Error("MarkPublished of an unknown generation created it")
-	}
-	if err := s.MarkPublished(ctx(t), nil); err != nil {
-		t.Errorf("MarkPublished(nil): %v", err)
-	}
-}
-
-// testFoldAtSettlement: a store that folds at settlement leaves nothing unpublished; its
-// aggregates hold exactly the settled events, including a zero-cost one; a replayed settlement
+// testFoldAtSettlement: a store that folds at settlement: its aggregates hold exactly the settled
+// events, including a zero-cost one; a replayed settlement
 // and a later Fold of a settled event (a sweep of an old outbox, a redelivery) change nothing.
 func testFoldAtSettlement(t *testing.T, s store.Store) {
 	createOrg(t, s, "org-a", 4, mustParse(t, "10"))
@@ -88,9 +23,6 @@ func testFoldAtSettlement(t *testing.T, s store.Store) {
 	e3 := event("org-b", "gen-3", mustParse(t, "0.5"), at(-time.Minute))
 	for i, e := range []usage.Event{e1, e2, e3} {
 		settle(t, s, admit(t, s, e.OrgID, e.GenerationID, t0), e, at(time.Duration(i+1)*time.Second))
-	}
-	if got := unpublished(t, s, at(time.Hour), 10); len(got) != 0 {
-		t.Errorf("Unpublished = %v, want none", got)
 	}
 	if res := settle(t, s, store.Lease{}, e1, at(4*time.Second)); !res.AlreadyApplied {
 		t.Error("replayed Settle not AlreadyApplied")

@@ -26,8 +26,7 @@ type Options struct {
 	// completes; zero means 64 (2048 in all).
 	RaceCycles int
 	// FoldsAtSettlement: the store folds every settled event into its aggregates in the
-	// settlement itself and keeps no outbox of them (the embedded store without a bus); the
-	// outbox test is replaced by one of that.
+	// settlement itself (the embedded store), which a test of its own checks.
 	FoldsAtSettlement bool
 }
 
@@ -60,12 +59,11 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opt Optio
 		{"BalanceNeverNegative", testBalanceNeverNegative},
 		{"Generation", testGeneration},
 		{"Usage", testUsage},
-		{"Outbox", testOutbox},
 		{"FoldAtSettlement", testFoldAtSettlement},
 		{"Aggregates", testAggregates},
 		{"SlotsRace", func(t *testing.T, s store.Store) { RaceSlotsCycles(t, opt.RaceCycles, s) }},
 	} {
-		if opt.FoldsAtSettlement && tc.name == "Outbox" || !opt.FoldsAtSettlement && tc.name == "FoldAtSettlement" {
+		if !opt.FoldsAtSettlement && tc.name == "FoldAtSettlement" {
 			continue
 		}
 		t.Run(tc.name, func(t *testing.T) {

@@ -5,63 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/usage"
 )
-
-// Unpublished lists up to limit events settled before before and not yet acknowledged by the
-// bus, oldest settlement first, from a partial index that holds only those.
-func (s *Store) Unpublished(ctx context.Context, before time.Time, limit int) ([]usage.Event, error) {
-	b, err := store.UnixNanos("before", before)
-	if err != nil {
-		return nil, fmt.Errorf("unpublished events: %w", err)
-	}
-	if limit <= 0 {
-		return nil, nil
-	}
-	rows, err := s.r.QueryContext(ctx, `SELECT `+usageColumns+` FROM usage
-		WHERE unpublished_since IS NOT NULL AND unpublished_since < ?
-		ORDER BY unpublished_since, org_id, generation_id LIMIT ?`, b, limit)
-	if err != nil {
-		return nil, fmt.Errorf("unpublished events: %w", err)
-	}
-	defer rows.Close()
-	var events []usage.Event
-	for rows.Next() {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return nil, fmt.Errorf("unpublished events: %w", err)
-		}
-		events = append(events, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("unpublished events: %w", err)
-	}
-	return events, nil
-}
-
-// MarkPublished clears the unpublished mark of these events, in one transaction.
-func (s *Store) MarkPublished(ctx context.Context, refs []store.EventRef) error {
-	if len(refs) == 0 {
-		return nil
-	}
-	err := s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		mark := s.stmt(ctx, tx, s.st.markPublished)
-		for _, r := range refs {
-			if _, err := mark.ExecContext(ctx, r.OrgID, r.GenerationID); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("mark %d events published: %w", len(refs), err)
-	}
-	return nil
-}
 
 // Fold writes d's marker and adds d to its day × model and month roll-ups in one transaction;
 // a marker already there changes nothing. A cost sum beyond an int64 of picodollars fails (SQLite
