@@ -3,12 +3,14 @@ package gateway
 import (
 	"context"
 	"errors"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/upstream"
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
@@ -250,6 +252,23 @@ func TestRunningGenerationAnswersAtOnce(t *testing.T) {
 	if r := h.do(req{method: "GET", path: "/v1/generation?id=" + id, key: otherKey}); r.status != 404 {
 		t.Fatalf("another organization's running generation: %d %s", r.status, r.body)
 	}
+	// Another gateway process on the same store learns it from the organization's lease map.
+	other, err := New(Options{Store: h.store, Catalog: h.catalog, Upstream: upstream.New(h.catalog, upstream.Options{}), CacheTTL: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(other)
+	defer srv.Close()
+	base := h.base
+	h.base = srv.URL
+	r = h.do(req{method: "GET", path: "/v1/generation?id=" + id, key: h.key})
+	if r.status != 200 || !strings.Contains(string(r.body), `"status":"in_progress"`) {
+		t.Fatalf("own running generation asked of another gateway: %d %s", r.status, r.body)
+	}
+	if r := h.do(req{method: "GET", path: "/v1/generation?id=" + id, key: otherKey}); r.status != 404 {
+		t.Fatalf("another organization's running generation asked of another gateway: %d %s", r.status, r.body)
+	}
+	h.base = base
 	s.all()
 	r = h.do(req{method: "GET", path: "/v1/generation?id=" + id, key: h.key})
 	if r.status != 200 || !strings.Contains(string(r.body), `"status":"completed"`) {

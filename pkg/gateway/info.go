@@ -1,12 +1,15 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
 	"regexp"
 	"strings"
+
+	"github.com/oklog/ulid/v2"
 
 	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/store"
@@ -131,6 +134,15 @@ func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Pri
 		return
 	}
 	ev, err := g.opt.Store.Generation(r.Context(), p.OrgID, id)
+	if errors.Is(err, store.ErrNotFound) {
+		// Not recorded yet, and not served here: another gateway may be serving it, and the
+		// organization's own lease map says so. (Only the caller's own organization is asked,
+		// so how long a 404 takes tells nothing about another's requests.)
+		if ev, ok := g.runningElsewhere(r.Context(), p.OrgID, id); ok {
+			writeGeneration(w, ev)
+			return
+		}
+	}
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		writeError(w, errNotFound("No generation with id '"+clip(id, quoteLen)+"' was found for your organization.", "generation_not_found"))
@@ -148,4 +160,24 @@ func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Pri
 func writeGeneration(w http.ResponseWriter, ev usage.Event) {
 	b, _ := json.Marshal(ev)
 	writeJSON(w, append(append([]byte(`{"object":"generation",`), b[1:]...), '\n'))
+}
+
+// runningElsewhere reports a generation of the organization that holds an in-flight lease: a
+// request another gateway process is serving. What is known of it is its ids, that it runs, and
+// when it started, to the millisecond its ULID carries.
+func (g *Gateway) runningElsewhere(ctx context.Context, orgID, generationID string) (usage.Event, bool) {
+	leases, err := g.opt.Store.InFlight(ctx, orgID, g.opt.Now())
+	if err != nil {
+		return usage.Event{}, false
+	}
+	for _, l := range leases {
+		if l.HolderID == generationID {
+			ev := usage.Event{Version: usage.SchemaVersion, GenerationID: generationID, OrgID: orgID, Status: usage.StatusInProgress}
+			if u, err := ulid.Parse(strings.TrimPrefix(generationID, "gen-")); err == nil {
+				ev.StartedAt = ulid.Time(u.Time()).UTC()
+			}
+			return ev, true
+		}
+	}
+	return usage.Event{}, false
 }
