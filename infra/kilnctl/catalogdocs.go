@@ -86,7 +86,7 @@ var modelsPageWords = map[string]pageWords{
 		modalities:   map[string]string{"text": "text", "image": "image", "audio": "audio"},
 		columnsTitle: "What the columns mean",
 		columns: []string{
-			"Context length: the model's context window in tokens, prompt and completion together. A longer request is rejected with 400 by the model server. A request without max_tokens reserves credits for a completion as long as the context leaves (see the API Reference page).",
+			"Context length: the model's context window in tokens, prompt and completion together. A longer request is rejected with 400 by the model server. A request without max_tokens reserves credits for a completion as long as the context leaves (see the [API Reference](api-reference.md) page).",
 			"Input: what a message may contain. Image parts (image_url) work only on models whose input includes image.",
 			"Parallel tool calls: yes when the model honours parallel_tool_calls. On a model marked no the setting is not applied, and one reply can still carry several tool calls.",
 			"Forced tool choice: no means tool_choice \"required\" or a named function is rejected with 400 (unsupported_parameter) before the request reaches the model. Send tool_choice \"auto\".",
@@ -108,7 +108,7 @@ var modelsPageWords = map[string]pageWords{
 		modalities:   map[string]string{"text": "テキスト", "image": "画像", "audio": "音声"},
 		columnsTitle: "各列の意味",
 		columns: []string{
-			"コンテキスト長: モデルのコンテキストウィンドウのトークン数で、プロンプトと生成の合計です。これを超えるリクエストはモデルサーバーが 400 で拒否します。max_tokens を指定しないリクエストは、コンテキストに収まる最大の生成長の分だけクレジットを予約します（API リファレンスページを参照）。",
+			"コンテキスト長: モデルのコンテキストウィンドウのトークン数で、プロンプトと生成の合計です。これを超えるリクエストはモデルサーバーが 400 で拒否します。max_tokens を指定しないリクエストは、コンテキストに収まる最大の生成長の分だけクレジットを予約します（[API リファレンス](api-reference.md)ページを参照）。",
 			"入力: メッセージに含められる内容です。画像パート（image_url）は、入力に画像を含むモデルでのみ動作します。",
 			"並列ツール呼び出し: 対応のモデルは parallel_tool_calls に従います。非対応のモデルでは設定が適用されず、1 つの応答に複数のツール呼び出しが含まれることがあります。",
 			"強制的なツール選択: 非対応のモデルでは、tool_choice の \"required\" や関数名の指定は、モデルに届く前に 400（unsupported_parameter）で拒否されます。tool_choice は \"auto\" を送ってください。",
@@ -130,7 +130,7 @@ var modelsPageWords = map[string]pageWords{
 		modalities:   map[string]string{"text": "텍스트", "image": "이미지", "audio": "오디오"},
 		columnsTitle: "열의 의미",
 		columns: []string{
-			"컨텍스트 길이: 모델의 컨텍스트 윈도 크기(토큰)로, 프롬프트와 생성 결과를 합친 값입니다. 이보다 긴 요청은 모델 서버가 400으로 거부합니다. max_tokens가 없는 요청은 컨텍스트에 남는 최대 길이만큼의 생성분 크레딧을 예약합니다(API 레퍼런스 페이지 참고).",
+			"컨텍스트 길이: 모델의 컨텍스트 윈도 크기(토큰)로, 프롬프트와 생성 결과를 합친 값입니다. 이보다 긴 요청은 모델 서버가 400으로 거부합니다. max_tokens가 없는 요청은 컨텍스트에 남는 최대 길이만큼의 생성분 크레딧을 예약합니다([API 레퍼런스](api-reference.md) 페이지 참고).",
 			"입력: 메시지에 담을 수 있는 내용입니다. 이미지 파트(image_url)는 입력에 이미지가 포함된 모델에서만 동작합니다.",
 			"병렬 툴 호출: 지원 모델은 parallel_tool_calls 설정을 따릅니다. 미지원 모델에서는 설정이 적용되지 않으며, 응답 하나에 툴 호출이 여러 개 담길 수 있습니다.",
 			"강제 툴 선택: 미지원 모델에서는 tool_choice \"required\"나 함수 이름 지정이 모델에 닿기 전에 400(unsupported_parameter)으로 거부됩니다. tool_choice는 \"auto\"를 보내세요.",
