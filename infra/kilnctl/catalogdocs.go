@@ -95,7 +95,7 @@ var modelsPageWords = map[string]pageWords{
 			"The cost of a request is (prompt − cached) × Input + cached × Cached input + completion × Output, computed exactly and returned as usage.cost.",
 		},
 		exampleTitle: "Example",
-		example:      "On %s, a request with %d prompt tokens (%d of them cached) and %d completion tokens costs %s USD.",
+		example:      "On %s, a request with %s prompt tokens (%s of them cached) and %s completion tokens costs %s USD.",
 	},
 	"ja": {
 		title: "モデル",
@@ -117,7 +117,7 @@ var modelsPageWords = map[string]pageWords{
 			"リクエストの料金は (プロンプト − キャッシュ済み) × 入力 + キャッシュ済み × キャッシュ済み入力 + 生成 × 出力 で、端数を丸めずに計算され、usage.cost として返されます。",
 		},
 		exampleTitle: "例",
-		example:      "%s で、プロンプト %d トークン（うちキャッシュ済み %d）、生成 %d トークンのリクエストの料金は %s USD です。",
+		example:      "%s で、プロンプト %s トークン（うちキャッシュ済み %s）、生成 %s トークンのリクエストの料金は %s USD です。",
 	},
 	"ko": {
 		title: "모델",
@@ -139,7 +139,7 @@ var modelsPageWords = map[string]pageWords{
 			"요청 비용은 (프롬프트 − 캐시됨) × 입력 + 캐시됨 × 캐시된 입력 + 생성 × 출력으로, 반올림 없이 계산되어 usage.cost로 반환됩니다.",
 		},
 		exampleTitle: "예시",
-		example:      "%s에서 프롬프트 %d 토큰(그중 캐시됨 %d), 생성 %d 토큰인 요청의 비용은 %s USD입니다.",
+		example:      "%s에서 프롬프트 %s 토큰(그중 캐시됨 %s), 생성 %s 토큰인 요청의 비용은 %s USD입니다.",
 	},
 }
 
@@ -163,7 +163,7 @@ func modelsPage(cat *catalog.Catalog, w pageWords) ([]byte, error) {
 			mods[i] = name
 		}
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			m.ID, strconv.Itoa(m.ContextLength), strings.Join(mods, ", "),
+			m.ID, thousands(int64(m.ContextLength)), strings.Join(mods, ", "),
 			w.yesNo(m.ParallelToolCalls), w.yesNo(m.ForcedToolChoice), w.yesNo(m.IgnoreEOS),
 			price(m.Pricing.Input), price(m.Pricing.CachedInput), price(m.Pricing.Output))
 	}
@@ -180,9 +180,28 @@ func modelsPage(cat *catalog.Catalog, w pageWords) ([]byte, error) {
 			return nil, fmt.Errorf("model %s: example cost: %w", m.ID, err)
 		}
 		fmt.Fprintf(&b, "\n## %s\n\n", w.exampleTitle)
-		fmt.Fprintf(&b, w.example+"\n", "`"+m.ID+"`", prompt, cached, completion, cost.String())
+		fmt.Fprintf(&b, w.example+"\n", "`"+m.ID+"`", thousands(prompt), thousands(cached), thousands(completion), cost.String())
 	}
 	return b.Bytes(), nil
+}
+
+// thousands writes n with a comma between groups of three digits, as the pages write counts:
+// 131,072.
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
 }
 
 func (w pageWords) yesNo(v bool) string {

@@ -64,13 +64,21 @@ models:
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
-	row := "| `vision-7b` | 32768 | text, image | yes | no | yes | 0.000001 | 0.00 | 12.50 |"
+	row := "| `vision-7b` | 32,768 | text, image | yes | no | yes | 0.000001 | 0.00 | 12.50 |"
 	if !strings.Contains(stdout.String(), row+"\n") {
 		t.Errorf("page lacks the row\n%s\n--- page\n%s", row, stdout.String())
 	}
 	// 1000 prompt (200 cached) and 500 completion tokens: 800 × 0.000001/1M + 200 × 0 + 500 × 12.5/1M.
 	if want := "costs 0.0062500008 USD."; !strings.Contains(stdout.String(), want) {
 		t.Errorf("page lacks the example cost %q\n%s", want, stdout.String())
+	}
+}
+
+func TestThousands(t *testing.T) {
+	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 40960: "40,960", 131072: "131,072", 1048576: "1,048,576", -1500: "-1,500"} {
+		if got := thousands(n); got != want {
+			t.Errorf("thousands(%d) = %q, want %q", n, got, want)
+		}
 	}
 }
 
