@@ -22,9 +22,6 @@ func catalogDocs(ctx context.Context, c *cli, f *flags, args []string) error {
 	if _, err := f.parse(args); err != nil {
 		return err
 	}
-	if *f.json {
-		return f.usageErr("--json is not supported: the page is Markdown")
-	}
 	words, ok := modelsPageWords[*lang]
 	if !ok {
 		return f.usageErr("--lang %q: want one of en, ja, ko", *lang)
@@ -46,6 +43,12 @@ func catalogDocs(ctx context.Context, c *cli, f *flags, args []string) error {
 		return err
 	}
 	if *out == "" {
+		if *f.json {
+			return writeJSON(c.stdout, struct {
+				Lang string `json:"lang"`
+				Page string `json:"page"` // the Markdown
+			}{*lang, string(page)})
+		}
 		_, err = c.stdout.Write(page)
 		return err
 	}
@@ -57,6 +60,12 @@ func catalogDocs(ctx context.Context, c *cli, f *flags, args []string) error {
 	if err := os.Rename(tmp, *out); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", *out, err)
+	}
+	if *f.json {
+		return writeJSON(c.stdout, struct {
+			Lang string `json:"lang"`
+			Out  string `json:"out"`
+		}{*lang, *out})
 	}
 	return nil
 }

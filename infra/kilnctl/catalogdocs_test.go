@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -74,6 +75,25 @@ models:
 	}
 }
 
+// TestCatalogDocsJSON checks that --json carries the same page as the Markdown output.
+func TestCatalogDocsJSON(t *testing.T) {
+	var md, js, stderr bytes.Buffer
+	getenv := func(string) string { return "" }
+	if code := run(context.Background(), []string{"catalog", "docs", "--lang", "ko"}, getenv, &md, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	if code := run(context.Background(), []string{"catalog", "docs", "--lang", "ko", "--json"}, getenv, &js, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	var got struct{ Lang, Page string }
+	if err := json.Unmarshal(js.Bytes(), &got); err != nil {
+		t.Fatalf("%v\n%s", err, js.String())
+	}
+	if got.Lang != "ko" || got.Page != md.String() || md.Len() == 0 {
+		t.Errorf("--json gave lang %q and a page of %d bytes; want ko and the %d bytes of the Markdown output", got.Lang, len(got.Page), md.Len())
+	}
+}
+
 func TestThousands(t *testing.T) {
 	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 40960: "40,960", 131072: "131,072", 1048576: "1,048,576", -1500: "-1,500"} {
 		if got := thousands(n); got != want {
@@ -95,7 +115,7 @@ func TestCatalogDocsRefusesBadInput(t *testing.T) {
 	}{
 		{"no language", []string{"catalog", "docs"}, 2},
 		{"unknown language", []string{"catalog", "docs", "--lang", "fr"}, 2},
-		{"json", []string{"catalog", "docs", "--lang", "en", "--json"}, 2},
+		{"unexpected argument", []string{"catalog", "docs", "--lang", "en", "models.md"}, 2},
 		{"invalid catalog", []string{"catalog", "docs", "--lang", "en", "--catalog", bad, "--out", out}, 1},
 		{"missing catalog", []string{"catalog", "docs", "--lang", "en", "--catalog", bad + ".missing", "--out", out}, 1},
 	} {
