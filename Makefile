@@ -18,7 +18,7 @@ KILN_DATA_DIR       ?= ./.kiln
 export KILN_DYNAMODB_LOCAL_DIR ?= $(CURDIR)/infra/dynamodb-local
 KILN_DYNAMODB_LOCAL_PORT ?= 8000
 
-.PHONY: help build build-local run dynamodb-local test test-go test-e2e lint bench fuzz clean build-lambda build-GatewayFunction build-AggregatorFunction
+.PHONY: help customer-docs build build-local run dynamodb-local test test-go test-e2e lint bench fuzz clean build-lambda build-GatewayFunction build-AggregatorFunction
 
 help:
 	@echo "make run    - the gateway on http://$(KILN_ADDR)/v1 with the model simulator and a demo key"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench  - the gateway's overhead against the simulator alone (writes BENCHMARKS.md)"
 	@echo "make dynamodb-local - DynamoDB Local on 127.0.0.1:$(KILN_DYNAMODB_LOCAL_PORT), for KILN_STORE=dynamodb make run"
 	@echo "make fuzz   - each fuzz target for FUZZTIME (default 30s)"
+	@echo "make customer-docs - regenerate docs/customer/*/models.md from infra/catalog.yaml"
 
 build: build-local build-lambda
 
@@ -68,6 +69,11 @@ tests/js/node_modules/.package-lock.json: tests/js/package.json tests/js/package
 	$(NPM) ci --prefix tests/js --no-audit --no-fund
 
 test: lint test-go test-e2e
+
+# The customers' Models pages are generated from the reference catalog; a test in infra/kilnctl
+# fails when a committed page and the catalog disagree.
+customer-docs:
+	for lang in en ja ko; do $(GO) run ./infra/kilnctl catalog docs --lang $$lang --out docs/customer/$$lang/models.md || exit 1; done
 
 lint:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './tests/js/*')); \

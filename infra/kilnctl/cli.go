@@ -96,6 +96,7 @@ func commands() []command {
 		{"finance export", "--bucket B --prefix P [--at TIME]", "export the ledger, usage and aggregates tables to S3 (point in time) and wait", financeExport},
 		{"finance report", "--export s3://B/P|DIR --from DAY --to DAY [--by day|model|org] [--org ID] [--csv]", "list or roll up the usage records of an export", financeReport},
 		{"finance reconcile", "--export s3://B/P|DIR --from DAY --to DAY", "prove an export's ledger, usage and aggregates agree per organization and day (exit 3 if not)", financeReconcile},
+		{"catalog docs", "--lang en|ja|ko [--catalog FILE] [--out FILE]", "render the customers' Models page (Markdown; --json wraps it) from the model catalog", catalogDocs},
 		{"dev create-tables", "", "create the missing DynamoDB tables on the local endpoint, with point-in-time recovery", devCreateTables},
 	}
 }

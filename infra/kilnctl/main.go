@@ -22,6 +22,8 @@
 //	kilnctl finance export --bucket B --prefix P [--at TIME] [--poll 10s]
 //	kilnctl finance report --export s3://B/P|DIR --from DAY --to DAY [--by day|model|org] [--org ID] [--csv]
 //	kilnctl finance reconcile --export s3://B/P|DIR --from DAY --to DAY
+//	kilnctl catalog docs --lang en|ja|ko [--catalog FILE] [--out FILE]
+//	                                         the customers' Models page, from the catalog
 //	kilnctl dev create-tables                creates missing DynamoDB tables on KILN_DYNAMODB_ENDPOINT
 //	kilnctl help [COMMAND]
 //
