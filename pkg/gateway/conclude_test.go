@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"sync/atomic"
@@ -23,6 +24,9 @@ type slowStore struct {
 	failSettle  atomic.Bool
 	failRenew   atomic.Bool
 	stallAdmit  atomic.Bool
+	// lostAnswers makes this many settlements commit and then report a failure, as when the
+	// store's answer is lost on the way back.
+	lostAnswers atomic.Int64
 }
 
 var errStoreStalled = errors.New("store stalled")
@@ -32,7 +36,11 @@ func (s *slowStore) Settle(ctx context.Context, st store.Settlement) (store.Sett
 	if s.failSettle.Load() {
 		return store.SettleResult{}, errStoreStalled
 	}
-	return s.Gateway.Settle(ctx, st)
+	res, err := s.Gateway.Settle(ctx, st)
+	if err == nil && s.lostAnswers.Add(-1) >= 0 {
+		return store.SettleResult{}, errStoreStalled
+	}
+	return res, err
 }
 
 func (s *slowStore) Renew(ctx context.Context, l store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
@@ -273,5 +281,37 @@ func TestRunningGenerationAnswersAtOnce(t *testing.T) {
 	r = h.do(req{method: "GET", path: "/v1/generation?id=" + id, key: h.key})
 	if r.status != 200 || !strings.Contains(string(r.body), `"status":"completed"`) {
 		t.Fatalf("after the stream: %d %s", r.status, r.body)
+	}
+}
+
+// TestWithheldAnswerBilledByALostTry: when the settlement try that the end of an answer gave up on
+// had in fact committed (its answer was lost), the withheld answer's record keeps that bill and
+// the gateway logs it as an error for a refund, rather than billing it silently or twice.
+func TestWithheldAnswerBilledByALostTry(t *testing.T) {
+	t.Parallel()
+	slow := &slowStore{}
+	var logs syncBuffer
+	h := newHarness(t, config{
+		gateway: func(o *Options) {
+			o.SettleInBackground = true
+			o.SettleWait = time.Millisecond // gives up after the first try
+			o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+		},
+		wrapStore: func(s store.Gateway) store.Gateway { slow.Gateway = s; return slow },
+	})
+	key, _ := h.newOrg("org_lost", "1", 8)
+	slow.lostAnswers.Store(1)
+	r := h.do(req{path: "/v1/chat/completions", key: key, body: chatBody("gpt-oss-120b", "one two three four five six seven eight nine", `"max_tokens":12`)})
+	if r.status != 503 {
+		t.Fatalf("answer whose settlement's answer was lost: %d %s", r.status, r.body)
+	}
+	if err := h.drain(10 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.balance("org_lost").String(); got != "0.999998845" {
+		t.Errorf("balance %s, want one debit of 0.000001155", got)
+	}
+	if !strings.Contains(logs.String(), "withheld answer was billed") || !strings.Contains(logs.String(), r.genID()) {
+		t.Errorf("no refund line naming %s in the log:\n%s", r.genID(), logs.String())
 	}
 }

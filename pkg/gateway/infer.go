@@ -71,6 +71,7 @@ type exchange struct {
 	concluded bool             // conclude ran
 	st        store.Settlement // what conclude settled, or end retries
 	committed bool             // the settlement committed
+	withheld  bool             // the answer was not given for want of its settlement (withhold)
 	result    store.SettleResult
 
 	event usage.Event

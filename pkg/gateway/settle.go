@@ -47,6 +47,7 @@ func (x *exchange) conclude() bool {
 // answer is never complete without its debit. The client gets 503 instead and the request is
 // billed nothing; its settlement is retried as such.
 func (x *exchange) withhold() {
+	x.withheld = true
 	x.st.Event.Status = usage.StatusRejected
 	x.st.Event.HTTPStatus = errStoreDown.status
 	x.st.Event.PromptTokens, x.st.Event.CachedTokens, x.st.Event.CompletionTokens = 0, 0, 0
@@ -94,17 +95,26 @@ func (x *exchange) end() {
 		g.finish(x.st.Event, x.result, nil)
 		return
 	}
-	st := x.st
-	if !g.opt.SettleInBackground {
+	st, withheld := x.st, x.withheld
+	retry := func() {
 		res, err := g.settleRetrying(x.reqCtx, st, time.Now().Add(g.opt.SettleRetryFor))
+		if err == nil && res.AlreadyApplied && withheld {
+			// The try that conclude gave up on did commit (its answer was lost, not the write):
+			// the record bills an answer the client never got. Nothing can undo that here
+			// without a second debit path; the line names it for a refund.
+			g.log.LogAttrs(context.Background(), slog.LevelError, "withheld answer was billed by an earlier try of its settlement; refund it",
+				slog.String("generation_id", st.Event.GenerationID), slog.String("org_id", st.Event.OrgID))
+		}
 		g.finish(st.Event, res, err)
+	}
+	if !g.opt.SettleInBackground {
+		retry()
 		return
 	}
 	g.unsettledLate.Add(1)
 	go func() {
 		defer g.unsettledLate.Add(-1)
-		res, err := g.settleRetrying(x.reqCtx, st, time.Now().Add(g.opt.SettleRetryFor))
-		g.finish(st.Event, res, err)
+		retry()
 	}()
 }
 
