@@ -17,7 +17,10 @@ var update = flag.Bool("update", false, "rewrite testdata/report.md from the fix
 // shows in review as a change of that file (go test ./tests/bench -run Report -update).
 func TestReportGolden(t *testing.T) {
 	var buf bytes.Buffer
-	fixtureResults().Report(&buf, Machine{NProc: 2, CPU: "Test CPU", Go: "go version go1.26.8 linux/amd64", Kernel: "6.0.0", LoadAvg: "1.00 1.10 1.20"}, "make bench")
+	m := Machine{NProc: 2, CPU: "Test CPU", Go: "go version go1.26.8 linux/amd64", Kernel: "6.0.0", LoadAvg: "1.00 1.10 1.20"}
+	if err := fixtureResults().Report(&buf, m, "make bench"); err != nil {
+		t.Fatal(err)
+	}
 	const golden = "testdata/report.md"
 	if *update {
 		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {

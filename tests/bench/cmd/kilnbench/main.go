@@ -67,7 +67,9 @@ func run() error {
 		return err
 	}
 	var buf bytes.Buffer
-	res.Report(&buf, bench.ThisMachine(), command)
+	if err := res.Report(&buf, bench.ThisMachine(), command); err != nil {
+		return err
+	}
 	fmt.Fprintf(&buf, "The whole run took %v.\n", time.Since(started).Round(time.Second))
 	if _, err := io.Copy(os.Stdout, bytes.NewReader(buf.Bytes())); err != nil {
 		return err
