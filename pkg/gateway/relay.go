@@ -487,8 +487,9 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 			r.id = []byte(`""`)
 		}
 	}
-	uf, hasUsage := openai.Lookup(data, fields, "usage")
-	nullUsage := hasUsage && uf.Value(data).Kind() == 'n' // SGLang writes "usage": null
+	usage := b.chunk.Usage
+	hasUsage := usage != nil
+	nullUsage := hasUsage && usage.Kind() == 'n' // SGLang writes "usage": null
 	hasUsage = hasUsage && !nullUsage
 	cf, _ := openai.Lookup(data, fields, "choices")
 	choices := cf.Value(data)
@@ -503,13 +504,13 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 	}
 	if hasUsage {
 		if final || !x.meter.exactPerChunk {
-			x.meter.observe(uf.Value(data))
+			x.meter.observe(usage)
 			x.meter.complete = x.meter.complete || final
 		} else {
-			x.meter.observeChoice(index, uf.Value(data))
+			x.meter.observeChoice(index, usage)
 		}
 		if len(x.req.body) > keepBodyUpTo {
-			x.dropBody(uf.Value(data))
+			x.dropBody(usage)
 		}
 	}
 
@@ -526,7 +527,7 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		edits = append(edits, openai.Edit{Key: "usage", Value: openai.AppendWithCost(nil, uf.Value(data), cost.Append(nil))})
+		edits = append(edits, openai.Edit{Key: "usage", Value: openai.AppendWithCost(nil, usage, cost.Append(nil))})
 		r.usageSent = true
 	} else {
 		if hasUsage || nullUsage {

@@ -71,10 +71,13 @@ var decoders = sync.Pool{New: func() any { d := new(decoder); d.dec = jsontext.N
 // them (DecodeLast). It allocates only to grow dst.
 func ParseObject(dst []Field, raw []byte) ([]Field, error) { return ParseChunk(dst, raw, nil) }
 
-// ParseChunk is ParseObject for a streamed chunk that reads, in the same pass, its choices into
-// chunk (when not nil): a relay reads every chunk this way. A choices member that is not an array
-// leaves chunk.Choices empty.
+// ParseChunk is ParseObject for a streamed chunk that reads, in the same pass, its choices and
+// usage into chunk (when not nil): a relay reads every chunk this way. A choices member that is
+// not an array leaves chunk.Choices empty.
 func ParseChunk(dst []Field, raw []byte, chunk *ChatCompletionChunk) ([]Field, error) {
+	if chunk != nil {
+		chunk.Choices, chunk.Usage = chunk.Choices[:0], nil
+	}
 	dst, err := parse(dst, raw, lenient, chunk)
 	if err != nil {
 		return dst, err
@@ -134,6 +137,9 @@ func parse(dst []Field, raw []byte, opts jsontext.Options, chunk *ChatCompletion
 		}
 		if value, err = d.dec.ReadValue(); err == nil {
 			end := int(d.dec.InputOffset())
+			if chunk != nil && string(key) == `"usage"` {
+				chunk.Usage = raw[end-len(value) : end : end]
+			}
 			dst = append(dst, Field{KeyStart: keyEnd - len(key), KeyEnd: keyEnd, ValueStart: end - len(value), ValueEnd: end, escaped: !plain(key)})
 		}
 	}

@@ -14,79 +14,82 @@ import (
 
 // ChatCompletionRequest is the body of POST /v1/chat/completions.
 type ChatCompletionRequest struct {
-	Model           jsontext.Value `json:"model"`
-	Stream          jsontext.Value `json:"stream"`
-	StreamOptions   jsontext.Value `json:"stream_options"`
-	Messages        jsontext.Value `json:"messages"`
-	Tools           jsontext.Value `json:"tools"`
-	ToolChoice      jsontext.Value `json:"tool_choice"`
-	ReasoningEffort jsontext.Value `json:"reasoning_effort"`
-	IgnoreEOS       jsontext.Value `json:"ignore_eos"` // vLLM's and SGLang's extension
+	Model           jsontext.Value `json:"model,omitzero"`
+	Stream          jsontext.Value `json:"stream,omitzero"`
+	StreamOptions   jsontext.Value `json:"stream_options,omitzero"`
+	Messages        jsontext.Value `json:"messages,omitzero"`
+	Tools           jsontext.Value `json:"tools,omitzero"`
+	ToolChoice      jsontext.Value `json:"tool_choice,omitzero"`
+	ReasoningEffort jsontext.Value `json:"reasoning_effort,omitzero"`
+	IgnoreEOS       jsontext.Value `json:"ignore_eos,omitzero"` // vLLM's and SGLang's extension
 }
 
 // StreamOptions is a request's stream_options.
 type StreamOptions struct {
-	IncludeUsage jsontext.Value `json:"include_usage"`
+	IncludeUsage jsontext.Value `json:"include_usage,omitzero"`
 }
 
 // ChatCompletionMessage is one element of a chat request's messages.
 type ChatCompletionMessage struct {
-	Role       jsontext.Value `json:"role"`
-	ToolCallID jsontext.Value `json:"tool_call_id"`
-	Content    jsontext.Value `json:"content"` // a string, or an array of ContentPart
+	Role       jsontext.Value `json:"role,omitzero"`
+	ToolCallID jsontext.Value `json:"tool_call_id,omitzero"`
+	Content    jsontext.Value `json:"content,omitzero"` // a string, or an array of ContentPart
 }
 
 // ContentPart is one element of a message's content array: text, image_url, input_audio, file.
 type ContentPart struct {
-	Type jsontext.Value `json:"type"`
+	Type jsontext.Value `json:"type,omitzero"`
 }
 
 // Tool is one element of a chat request's tools.
 type Tool struct {
-	Type     jsontext.Value `json:"type"`
-	Function jsontext.Value `json:"function"` // a FunctionDefinition
+	Type     jsontext.Value `json:"type,omitzero"`
+	Function jsontext.Value `json:"function,omitzero"` // a FunctionDefinition
 }
 
 // FunctionDefinition is a function tool's function.
 type FunctionDefinition struct {
-	Name        jsontext.Value `json:"name"`
-	Description jsontext.Value `json:"description"`
+	Name        jsontext.Value `json:"name,omitzero"`
+	Description jsontext.Value `json:"description,omitzero"`
 }
 
 // ChatCompletion is a non-streamed answer of either endpoint (object "chat.completion" or
 // "text_completion"); Usage is kept as written, for ParseUsage and for the cost added to it.
 type ChatCompletion struct {
 	Choices []Choice       `json:"choices"`
-	Usage   jsontext.Value `json:"usage"`
+	Usage   jsontext.Value `json:"usage,omitzero"`
 }
 
 // Choice is one element of a non-streamed answer's choices.
 type Choice struct {
-	FinishReason string `json:"finish_reason"` // "" while null
+	FinishReason string `json:"finish_reason,omitzero"` // "" while null
 }
 
 // ChatCompletionChunk is one streamed event of either endpoint (object "chat.completion.chunk"
 // or "text_completion").
 type ChatCompletionChunk struct {
 	Choices []ChunkChoice `json:"choices"`
+	// Usage is kept as written, for ParseUsage and the cost added to it; after ParseChunk it
+	// is the chunk's own bytes, valid as long as they are.
+	Usage jsontext.Value `json:"usage,omitzero"`
 }
 
 // ChunkChoice is one element of a chunk's choices: Delta for chat, Text for completions.
 type ChunkChoice struct {
 	Index        int        `json:"index"` // -1 when not a non-negative integer
-	Delta        ChunkDelta `json:"delta"`
-	Text         string     `json:"text"`
-	FinishReason string     `json:"finish_reason"` // "" while null
+	Delta        ChunkDelta `json:"delta,omitzero"`
+	Text         string     `json:"text,omitzero"`
+	FinishReason string     `json:"finish_reason,omitzero"` // "" while null
 }
 
 // ChunkDelta is a chat chunk's delta; reasoning_content is vLLM's and SGLang's name for
 // reasoning, reasoning the newer one. ToolCalls is kept as written: the gateway only needs to
 // know whether it holds any.
 type ChunkDelta struct {
-	Content          string         `json:"content"`
-	ReasoningContent string         `json:"reasoning_content"`
-	Reasoning        string         `json:"reasoning"`
-	ToolCalls        jsontext.Value `json:"tool_calls"`
+	Content          string         `json:"content,omitzero"`
+	ReasoningContent string         `json:"reasoning_content,omitzero"`
+	Reasoning        string         `json:"reasoning,omitzero"`
+	ToolCalls        jsontext.Value `json:"tool_calls,omitzero"`
 }
 
 // Generated reports whether the delta carries generated content: text, reasoning, or tool-call
@@ -203,17 +206,17 @@ type PromptTokensDetails struct {
 // {"error":{...}}, SGLang's flat {"object":"error","message",...}, FastAPI's {"detail":...}.
 // Error and Detail are kept as written: their shapes vary by server.
 type ErrorResponse struct {
-	Error jsontext.Value `json:"error"`
+	Error jsontext.Value `json:"error,omitzero"`
 	ErrorBody
 }
 
 // ErrorBody is the inside of an error response (or a flat one). Code is a string (OpenAI) or an
 // HTTP status (vLLM, SGLang).
 type ErrorBody struct {
-	Message jsontext.Value `json:"message"`
-	Param   jsontext.Value `json:"param"`
-	Code    jsontext.Value `json:"code"`
-	Detail  jsontext.Value `json:"detail"`
+	Message jsontext.Value `json:"message,omitzero"`
+	Param   jsontext.Value `json:"param,omitzero"`
+	Code    jsontext.Value `json:"code,omitzero"`
+	Detail  jsontext.Value `json:"detail,omitzero"`
 }
 
 // Flag reads v, a JSON value given for a boolean request flag, as model servers read it and
