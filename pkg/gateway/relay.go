@@ -50,10 +50,6 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 	}
 	var buf [16]openai.Field // room for an answer's members without allocating
 	fields, err := openai.ParseObject(buf[:0], raw)
-	var completion openai.ChatCompletion
-	if err == nil {
-		err = openai.DecodeLast(raw, &completion)
-	}
 	if err != nil {
 		resp.Failed()
 		x.badBackendBody(ctx, "the model backend sent an invalid answer.", err)
@@ -62,6 +58,12 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 	// A usable answer: from here on it is billed, even if the client leaves before reading it.
 	x.meter.billable = true
 	edits := make([]openai.Edit, 0, 2)
+	// The members are read one by one, so that choices of another shape than the reference's
+	// still leave the usage to bill by.
+	var completion openai.ChatCompletion
+	if f, ok := openai.Lookup(raw, fields, "usage"); ok {
+		completion.Usage = f.Value(raw)
+	}
 	if completion.Usage != nil {
 		if u, ok, err := openai.ParseUsage(completion.Usage); err == nil && ok {
 			x.meter.usage, x.meter.haveUsage, x.meter.complete = u, true, true
@@ -71,6 +73,7 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 		}
 	}
 	if f, ok := openai.Lookup(raw, fields, "choices"); ok {
+		_ = openai.DecodeLast(f.Value(raw), &completion.Choices) // a choice of another shape tells no finish reason
 		x.meter.finish = firstFinishReason(&completion)
 		if !x.meter.haveUsage {
 			x.meter.chunks = int64(len(f.Value(raw))+3) / 4 // no usage at all: estimate from the text's size

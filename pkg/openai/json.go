@@ -15,10 +15,12 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 )
 
-// This file is the package's JSON facade over github.com/go-json-experiment/json: Decode reads
-// a text into the wire types, ParseObject locates an object's members in its bytes, and Rewrite
-// edits them in place. Every read refuses a name written twice in any object at any depth
-// (RFC 7493), so that the gateway and the server a body is forwarded to never read it two ways.
+// This file is the package's JSON facade over github.com/go-json-experiment/json: Decode and
+// DecodeLast read a text into the wire types, ParseRequest, ParseObject and ParseChunk locate an
+// object's members in its bytes, and Rewrite edits them in place. A client's body is read
+// strictly: a name written twice in any object at any depth is refused (RFC 7493), so that the
+// gateway and the server it is forwarded to never read it two ways. A server's text is read as
+// the client's JSON parser will read it.
 
 // ErrDuplicateKey reports an object that names the same key twice. Servers disagree on which one
 // wins, so the gateway must not forward such a body.
