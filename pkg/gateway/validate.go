@@ -39,8 +39,8 @@ type request struct {
 // the catalog is returned as recordedModel makes it, bounded.
 //
 // The body is parsed by ParseRequest, which refuses a member name written twice in any object at
-// any depth, and then read into the wire types: what the checks below read of a nested object is
-// what the backend reads.
+// any depth, and then read into the wire types (with DecodeLast, which need not look for repeats
+// again): what the checks below read of a nested object is what the backend reads.
 func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string, e *apiError) {
 	fields, err := openai.ParseRequest(nil, body)
 	if err != nil {
@@ -51,7 +51,7 @@ func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string,
 	}
 	req.body, req.fields = body, fields
 	var in openai.ChatCompletionRequest
-	if err := openai.Decode(body, &in); err != nil {
+	if err := openai.DecodeLast(body, &in); err != nil {
 		return req, "", nestedInvalid("", err) // not reached: ParseRequest has read the body
 	}
 
@@ -89,7 +89,7 @@ func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string,
 			return req, modelID, invalid("stream_options", "invalid_type", "Invalid type for 'stream_options': expected an object, but got %s instead.", kindName(ov))
 		}
 		var opts openai.StreamOptions
-		if err := openai.Decode(ov, &opts); err != nil {
+		if err := openai.DecodeLast(ov, &opts); err != nil {
 			return req, modelID, invalid("stream_options", "invalid_value", "Invalid 'stream_options': %v.", err)
 		}
 		if v := opts.IncludeUsage; v != nil {
@@ -113,7 +113,7 @@ var roles = map[string]bool{"system": true, "developer": true, "user": true, "as
 
 func checkChat(m *catalog.Model, in *openai.ChatCompletionRequest) *apiError {
 	var msgs []jsontext.Value
-	if in.Messages.Kind() != '[' || openai.Decode(in.Messages, &msgs) != nil || len(msgs) == 0 {
+	if in.Messages.Kind() != '[' || openai.DecodeLast(in.Messages, &msgs) != nil || len(msgs) == 0 {
 		return errEmptyMessages
 	}
 	for i, raw := range msgs {
@@ -123,7 +123,7 @@ func checkChat(m *catalog.Model, in *openai.ChatCompletionRequest) *apiError {
 			return invalid(at(), "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at(), kindName(raw))
 		}
 		var msg openai.ChatCompletionMessage
-		if err := openai.Decode(raw, &msg); err != nil {
+		if err := openai.DecodeLast(raw, &msg); err != nil {
 			return nestedInvalid(at(), err) // not reached: the body's parse refused it
 		}
 		if msg.Role == nil {
@@ -185,7 +185,7 @@ func checkChat(m *catalog.Model, in *openai.ChatCompletionRequest) *apiError {
 // checkParts refuses content parts the model cannot take (images on a text-only model).
 func checkParts(m *catalog.Model, at string, content jsontext.Value) *apiError {
 	var parts []jsontext.Value
-	if err := openai.Decode(content, &parts); err != nil {
+	if err := openai.DecodeLast(content, &parts); err != nil {
 		return nestedInvalid(at, err) // not reached: the body's parse refused it
 	}
 	for i, raw := range parts {
@@ -193,7 +193,7 @@ func checkParts(m *catalog.Model, at string, content jsontext.Value) *apiError {
 			continue
 		}
 		var part openai.ContentPart
-		if err := openai.Decode(raw, &part); err != nil {
+		if err := openai.DecodeLast(raw, &part); err != nil {
 			return nestedInvalid(fmt.Sprintf("%s[%d]", at, i), err)
 		}
 		typ, _ := openai.String(part.Type)
@@ -220,7 +220,7 @@ func checkTools(raw jsontext.Value) *apiError {
 		return invalid("tools", "invalid_type", "Invalid type for 'tools': expected an array, but got %s instead.", kindName(raw))
 	}
 	var tools []jsontext.Value
-	if err := openai.Decode(raw, &tools); err != nil {
+	if err := openai.DecodeLast(raw, &tools); err != nil {
 		return invalid("tools", "invalid_type", "Invalid 'tools': %v.", err)
 	}
 	for i, raw := range tools {
@@ -229,7 +229,7 @@ func checkTools(raw jsontext.Value) *apiError {
 			return invalid(at(), "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at(), kindName(raw))
 		}
 		var tool openai.Tool
-		if err := openai.Decode(raw, &tool); err != nil {
+		if err := openai.DecodeLast(raw, &tool); err != nil {
 			return nestedInvalid(at(), err)
 		}
 		if tool.Type != nil {
@@ -241,7 +241,7 @@ func checkTools(raw jsontext.Value) *apiError {
 			return invalid(at()+".function", "missing_required_parameter", "Missing required parameter: '%s.function'.", at())
 		}
 		var fn openai.FunctionDefinition
-		if err := openai.Decode(tool.Function, &fn); err != nil {
+		if err := openai.DecodeLast(tool.Function, &fn); err != nil {
 			return nestedInvalid(at()+".function", err)
 		}
 		if name, _ := openai.String(fn.Name); name == "" {

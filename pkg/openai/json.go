@@ -40,7 +40,8 @@ func Decode(raw []byte, v any) error { return explain(json.Unmarshal(raw, v, str
 
 // DecodeLast is Decode for a server's text, which ParseObject has checked: of a name written
 // twice in a nested object, the last counts (a wire type whose struct would merge the two says
-// how it reads them).
+// how it reads them). It is also the cheaper read of a client's text that ParseRequest has
+// already checked, which repeats no name.
 func DecodeLast(raw []byte, v any) error { return explain(json.Unmarshal(raw, v, lenient)) }
 
 // Field is one member of a JSON object, located in the object's bytes. ParseObject finds them.
@@ -166,8 +167,8 @@ const maxDepth = 1000
 // own limit is ten times that, more than a request needs).
 func ParseRequest(dst []Field, raw []byte) ([]Field, error) {
 	dst, err := parse(dst, raw, strict, nil)
-	if err != nil {
-		return dst, err
+	if err != nil || bytes.Count(raw, []byte("{"))+bytes.Count(raw, []byte("[")) <= maxDepth {
+		return dst, err // too few brackets, in strings or not, to nest that deep
 	}
 	d := decoders.Get().(*decoder)
 	defer decoders.Put(d)
