@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -11,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/openai"
 )
@@ -226,35 +226,26 @@ func engineFailure(msg string) bool {
 // {"detail": ...}. A body cut short (over the read limit) still yields its message, as far as
 // it goes. ok is false when raw holds none of these.
 func parseBackendError(raw []byte) (be backendError, ok bool) {
-	fields, err := openai.ParseObject(nil, raw)
-	if err != nil {
+	var resp openai.ErrorResponse
+	if err := openai.Decode(raw, &resp); err != nil {
 		if m, ok := messagePrefix(raw); ok {
 			return backendError{message: m}, true
 		}
 		return backendError{}, false
 	}
-	obj := raw
-	if f, ok := openai.Lookup(raw, fields, "error"); ok && openai.Kind(f.Value(raw)) == '{' {
-		obj = f.Value(raw)
-		if fields, err = openai.ParseObject(nil, obj); err != nil {
-			return backendError{}, false
+	body := resp.ErrorBody
+	if resp.Error.Kind() == '{' {
+		if body = (openai.ErrorBody{}); openai.Decode(resp.Error, &body) != nil {
+			return backendError{}, false // not reached: the whole text was read
 		}
 	}
-	str := func(key string) string {
-		if f, ok := openai.Lookup(obj, fields, key); ok {
-			s, _ := openai.Unquote(f.Value(obj))
-			return s
-		}
-		return ""
+	be.message, _ = openai.String(body.Message)
+	be.param, _ = openai.String(body.Param)
+	if n, err := strconv.Atoi(string(body.Code)); err == nil && n >= 100 && n <= 599 {
+		be.status = n
 	}
-	be = backendError{message: str("message"), param: str("param")}
-	if f, ok := openai.Lookup(obj, fields, "code"); ok {
-		if n, err := strconv.Atoi(string(f.Value(obj))); err == nil && n >= 100 && n <= 599 {
-			be.status = n
-		}
-	}
-	if f, ok := openai.Lookup(obj, fields, "detail"); ok && be.message == "" {
-		be.message = detailMessage(f.Value(obj))
+	if body.Detail != nil && be.message == "" {
+		be.message = detailMessage(body.Detail)
 	}
 	return be, be.message != "" || be.status != 0
 }
@@ -262,15 +253,15 @@ func parseBackendError(raw []byte) (be backendError, ok bool) {
 // detailMessage renders FastAPI's detail: a string as it is, pydantic's list of errors as
 // "loc: msg" pairs (without the "body" the location starts with, and without the input each
 // error repeats).
-func detailMessage(v []byte) string {
-	if s, ok := openai.Unquote(v); ok {
+func detailMessage(v jsontext.Value) string {
+	if s, ok := openai.String(v); ok {
 		return s
 	}
 	var errs []struct {
 		Loc []any  `json:"loc"`
 		Msg string `json:"msg"`
 	}
-	if json.Unmarshal(v, &errs) != nil {
+	if openai.Decode(v, &errs) != nil {
 		return ""
 	}
 	parts := make([]string, 0, len(errs))
@@ -337,11 +328,8 @@ func messagePrefix(raw []byte) (string, bool) {
 	} else {
 		rest = rest[:end+1]
 	}
-	var m string
-	if json.Unmarshal(rest, &m) != nil {
-		return "", false
-	}
-	return m, m != ""
+	m, ok := openai.String(rest)
+	return m, ok && m != ""
 }
 
 // maxBackendMessage bounds the part of a backend's message a client sees.

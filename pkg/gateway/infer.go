@@ -263,17 +263,10 @@ func (req *request) choices() (n, prompts int64) {
 			n = int64(v)
 		}
 	}
-	f, ok := openai.Lookup(req.body, req.fields, "prompt")
-	if !ok || openai.Kind(f.Value(req.body)) != '[' {
-		return n, prompts
-	}
-	v := f.Value(req.body)
-	elems, err := openai.Elements(nil, v)
-	if err != nil || len(elems) == 0 {
-		return n, prompts
-	}
-	if k := openai.Kind(v[elems[0][0]:elems[0][1]]); k == '"' || k == '[' {
-		prompts = int64(len(elems))
+	if f, ok := openai.Lookup(req.body, req.fields, "prompt"); ok {
+		if count, first := openai.Elements(f.Value(req.body)); first == '"' || first == '[' {
+			prompts = int64(count)
+		}
 	}
 	return n, prompts
 }

@@ -1,6 +1,10 @@
 package gateway
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/neocloud/kiln/pkg/openai"
+)
 
 // TestInspectChoice: which chunks count as generated content, and the finish reason, read from
 // the first choice as the client's JSON parser reads it: of a key written twice, the last.
@@ -28,11 +32,19 @@ func TestInspectChoice(t *testing.T) {
 		{`[]`, false, ""},
 	} {
 		r := &relayState{x: &exchange{}}
-		r.inspectChoice([]byte(tc.choices), false)
+		var chunk openai.ChatCompletionChunk
+		if _, err := openai.ParseChunk(nil, []byte(`{"choices":`+tc.choices+`}`), &chunk); err != nil {
+			t.Fatal(err)
+		}
+		r.inspectChoice(&chunk, false)
 		if r.content != tc.content || r.x.meter.finish != tc.finish {
 			t.Errorf("%s: content %v, finish %q; want %v, %q", tc.choices, r.content, r.x.meter.finish, tc.content, tc.finish)
 		}
-		if got := firstFinishReason([]byte(tc.choices)); got != tc.finish {
+		var answer openai.ChatCompletion
+		if err := openai.DecodeLast([]byte(`{"choices":`+tc.choices+`}`), &answer); err != nil {
+			t.Fatal(err)
+		}
+		if got := firstFinishReason(&answer); got != tc.finish {
 			t.Errorf("firstFinishReason(%s) = %q, want %q", tc.choices, got, tc.finish)
 		}
 	}

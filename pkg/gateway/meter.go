@@ -163,7 +163,7 @@ func (m *meter) apply(ev *usage.Event, prices money.Prices) error {
 	}
 	switch {
 	case exact:
-		ev.PromptTokens, ev.CachedTokens, ev.CompletionTokens = m.usage.PromptTokens, m.usage.CachedTokens, m.usage.CompletionTokens
+		ev.PromptTokens, ev.CachedTokens, ev.CompletionTokens = m.usage.PromptTokens, m.usage.PromptTokensDetails.CachedTokens, m.usage.CompletionTokens
 		// Continuous usage can lag a chunk behind what was delivered; never bill fewer
 		// completion tokens than content chunks the client received.
 		if !m.complete && m.chunks > ev.CompletionTokens {
@@ -176,7 +176,7 @@ func (m *meter) apply(ev *usage.Event, prices money.Prices) error {
 			ev.PromptTokens = 0
 		}
 		if m.complete {
-			ev.CachedTokens = m.usage.CachedTokens
+			ev.CachedTokens = m.usage.PromptTokensDetails.CachedTokens
 		}
 		if ev.PromptTokens == 0 && m.promptEstimate != nil {
 			ev.PromptTokens = m.promptEstimate()

@@ -58,16 +58,23 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 	// A usable answer: from here on it is billed, even if the client leaves before reading it.
 	x.meter.billable = true
 	edits := make([]openai.Edit, 0, 2)
+	// The members are read one by one, so that choices of another shape than the reference's
+	// still leave the usage to bill by.
+	var completion openai.ChatCompletion
 	if f, ok := openai.Lookup(raw, fields, "usage"); ok {
-		if u, ok, err := openai.ParseUsage(f.Value(raw)); err == nil && ok {
+		completion.Usage = f.Value(raw)
+	}
+	if completion.Usage != nil {
+		if u, ok, err := openai.ParseUsage(completion.Usage); err == nil && ok {
 			x.meter.usage, x.meter.haveUsage, x.meter.complete = u, true, true
-			if cost, err := x.req.model.Pricing.Cost(u.PromptTokens, u.CachedTokens, u.CompletionTokens); err == nil {
-				edits = append(edits, openai.Edit{Key: "usage", Value: openai.AppendWithCost(nil, f.Value(raw), cost.Append(nil))})
+			if cost, err := x.req.model.Pricing.Cost(u.PromptTokens, u.PromptTokensDetails.CachedTokens, u.CompletionTokens); err == nil {
+				edits = append(edits, openai.Edit{Key: "usage", Value: openai.AppendWithCost(nil, completion.Usage, cost.Append(nil))})
 			}
 		}
 	}
 	if f, ok := openai.Lookup(raw, fields, "choices"); ok {
-		x.meter.finish = firstFinishReason(f.Value(raw))
+		_ = openai.DecodeLast(f.Value(raw), &completion.Choices) // a choice of another shape tells no finish reason
+		x.meter.finish = firstFinishReason(&completion)
 		if !x.meter.haveUsage {
 			x.meter.chunks = int64(len(f.Value(raw))+3) / 4 // no usage at all: estimate from the text's size
 		}
@@ -131,18 +138,11 @@ func (x *exchange) renameModel(resp *upstream.Response) (openai.Edit, bool) {
 }
 
 // firstFinishReason reads choices[0].finish_reason, "" when absent or null.
-func firstFinishReason(choices []byte) string {
-	c, ok := openai.InArray(choices)
-	if !ok {
+func firstFinishReason(answer *openai.ChatCompletion) string {
+	if len(answer.Choices) == 0 {
 		return ""
 	}
-	var buf [8]openai.Field
-	fields := openai.Members(buf[:0], c) // validated with the whole answer
-	if f, ok := openai.LookupLast(c, fields, "finish_reason"); ok {
-		s, _ := openai.Unquote(f.Value(c))
-		return s
-	}
-	return ""
+	return answer.Choices[0].FinishReason
 }
 
 // stream writes events to the client and keeps the connection alive while the backend is
@@ -434,6 +434,7 @@ func newRelayState(x *exchange, resp *upstream.Response) *relayState {
 // backend, so that an idle stream holds none.
 type chunkBuffers struct {
 	fields []openai.Field
+	chunk  openai.ChatCompletionChunk // its choices, read with the fields
 	out    []byte
 }
 
@@ -462,7 +463,7 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 		r.buf = chunkPool.Get().(*chunkBuffers)
 	}
 	b := r.buf
-	b.fields, err = openai.ParseObject(b.fields[:0], data)
+	b.fields, err = openai.ParseChunk(b.fields[:0], data, &b.chunk)
 	if err != nil {
 		return nil, err
 	}
@@ -489,29 +490,30 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 			r.id = []byte(`""`)
 		}
 	}
-	uf, hasUsage := openai.Lookup(data, fields, "usage")
-	nullUsage := hasUsage && openai.IsNull(uf.Value(data)) // SGLang writes "usage": null
+	usage := b.chunk.Usage
+	hasUsage := usage != nil
+	nullUsage := hasUsage && usage.Kind() == 'n' // SGLang writes "usage": null
 	hasUsage = hasUsage && !nullUsage
 	cf, _ := openai.Lookup(data, fields, "choices")
 	choices := cf.Value(data)
-	final := openai.IsEmptyArray(choices)
+	final := choices.Kind() == '[' && len(b.chunk.Choices) == 0
 	r.content = false
 	edits := r.edits[:0]
 	index := 0
 	if !final {
 		// With continuous usage, a content chunk's usage is its own choice's, so its index is
 		// read, when there is more than one choice.
-		index = r.inspectChoice(choices, hasUsage && x.meter.exactPerChunk && (x.meter.n > 1 || x.meter.prompts > 1))
+		index = r.inspectChoice(&b.chunk, hasUsage && x.meter.exactPerChunk && (x.meter.n > 1 || x.meter.prompts > 1))
 	}
 	if hasUsage {
 		if final || !x.meter.exactPerChunk {
-			x.meter.observe(uf.Value(data))
+			x.meter.observe(usage)
 			x.meter.complete = x.meter.complete || final
 		} else {
-			x.meter.observeChoice(index, uf.Value(data))
+			x.meter.observeChoice(index, usage)
 		}
 		if len(x.req.body) > keepBodyUpTo {
-			x.dropBody(uf.Value(data))
+			x.dropBody(usage)
 		}
 	}
 
@@ -524,11 +526,11 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		cost, err := x.req.model.Pricing.Cost(u.PromptTokens, u.CachedTokens, u.CompletionTokens)
+		cost, err := x.req.model.Pricing.Cost(u.PromptTokens, u.PromptTokensDetails.CachedTokens, u.CompletionTokens)
 		if err != nil {
 			return nil, err
 		}
-		edits = append(edits, openai.Edit{Key: "usage", Value: openai.AppendWithCost(nil, uf.Value(data), cost.Append(nil))})
+		edits = append(edits, openai.Edit{Key: "usage", Value: openai.AppendWithCost(nil, usage, cost.Append(nil))})
 		r.usageSent = true
 	} else {
 		if hasUsage || nullUsage {
@@ -577,43 +579,18 @@ func (x *exchange) dropBody(usageValue []byte) {
 // inspectChoice reads the first choice's finish reason and whether it carries generated content
 // (delta content, reasoning or tool-call fragments, or a completion's text), and, when asked,
 // the choice's index.
-func (r *relayState) inspectChoice(choices []byte, wantIndex bool) (index int) {
-	// The first choice's members, read from the array's text up to the end of that choice, and
-	// the delta's: both were validated with the whole chunk. Of a key written twice, the last
-	// counts, as in what the client's JSON parser makes of the chunk.
-	c, _ := openai.InArray(choices)
-	var fields [8]openai.Field
-	fs := openai.Members(fields[:0], c)
+func (r *relayState) inspectChoice(chunk *openai.ChatCompletionChunk, wantIndex bool) (index int) {
+	if len(chunk.Choices) == 0 {
+		return index
+	}
+	first := &chunk.Choices[0]
 	if wantIndex {
-		if f, ok := openai.LookupLast(c, fs, "index"); ok {
-			index = smallInt(f.Value(c))
-		}
+		index = first.Index
 	}
-	if f, ok := openai.LookupLast(c, fs, "finish_reason"); ok {
-		if s, ok := openai.Unquote(f.Value(c)); ok {
-			r.x.meter.finish = s
-		}
+	if first.FinishReason != "" {
+		r.x.meter.finish = first.FinishReason
 	}
-	if f, ok := openai.LookupLast(c, fs, "text"); ok && len(f.Value(c)) > 2 {
-		r.content = true
-		return index
-	}
-	df, ok := openai.LookupLast(c, fs, "delta")
-	if !ok {
-		return index
-	}
-	d := df.Value(c)
-	var dfields [8]openai.Field
-	ds := openai.Members(dfields[:0], d)
-	for _, k := range [...]string{"content", "reasoning_content", "reasoning", "tool_calls"} {
-		if f, ok := openai.LookupLast(d, ds, k); ok {
-			v := f.Value(d)
-			if !openai.IsNull(v) && len(v) > 2 { // not null, "" or []
-				r.content = true
-				return index
-			}
-		}
-	}
+	r.content = first.Text != "" || first.Delta.Generated()
 	return index
 }
 
@@ -636,7 +613,7 @@ func smallInt(v []byte) int {
 func (r *relayState) synthesizeUsage() []byte {
 	x := r.x
 	u, _ := x.meter.current()
-	cost, _ := x.req.model.Pricing.Cost(u.PromptTokens, u.CachedTokens, u.CompletionTokens)
+	cost, _ := x.req.model.Pricing.Cost(u.PromptTokens, u.PromptTokensDetails.CachedTokens, u.CompletionTokens)
 	b := append([]byte(nil), `{"id":`...)
 	b = append(b, r.id...)
 	if r.object != nil {
@@ -655,9 +632,9 @@ func (r *relayState) synthesizeUsage() []byte {
 	b = strconv.AppendInt(b, u.CompletionTokens, 10)
 	b = append(b, `,"total_tokens":`...)
 	b = strconv.AppendInt(b, u.PromptTokens+u.CompletionTokens, 10)
-	if u.CachedTokens > 0 {
+	if u.PromptTokensDetails.CachedTokens > 0 {
 		b = append(b, `,"prompt_tokens_details":{"cached_tokens":`...)
-		b = strconv.AppendInt(b, u.CachedTokens, 10)
+		b = strconv.AppendInt(b, u.PromptTokensDetails.CachedTokens, 10)
 		b = append(b, '}')
 	}
 	b = append(b, `,"cost":`...)

@@ -98,16 +98,9 @@ func promptCount(req *request) int64 {
 	if !ok {
 		return 1
 	}
-	v := f.Value(req.body)
-	if openai.Kind(v) != '[' {
-		return 1
+	count, first := openai.Elements(f.Value(req.body))
+	if first != '"' && first != '[' {
+		return 1 // not an array, an empty one, or token ids: one prompt
 	}
-	elems, err := openai.Elements(nil, v)
-	if err != nil || len(elems) == 0 {
-		return 1
-	}
-	if k := openai.Kind(v[elems[0][0]:elems[0][1]]); k != '"' && k != '[' {
-		return 1 // token ids: one prompt
-	}
-	return int64(len(elems))
+	return int64(count)
 }

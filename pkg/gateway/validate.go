@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
+	"github.com/go-json-experiment/json/jsontext"
 	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/openai"
 )
@@ -37,8 +38,9 @@ type request struct {
 // the check fails later, so that the usage event can name the model; an id longer than any in
 // the catalog is returned as recordedModel makes it, bounded.
 //
-// The body is parsed once, by ParseRequest, which refuses a member name written twice in any
-// object at any depth: what the checks below read of a nested object is what the backend reads.
+// The body is parsed by ParseRequest, which refuses a member name written twice in any object at
+// any depth, and then read into the wire types (with DecodeLast, which need not look for repeats
+// again): what the checks below read of a nested object is what the backend reads.
 func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string, e *apiError) {
 	fields, err := openai.ParseRequest(nil, body)
 	if err != nil {
@@ -48,34 +50,30 @@ func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string,
 		return req, "", invalid("", "", "We could not parse the JSON body of your request (%v). Send a JSON object with Content-Type: application/json.", err)
 	}
 	req.body, req.fields = body, fields
-	get := func(key string) ([]byte, bool) {
-		f, ok := openai.Lookup(body, fields, key)
-		if !ok {
-			return nil, false
-		}
-		return f.Value(body), true
+	var in openai.ChatCompletionRequest
+	if err := openai.DecodeLast(body, &in); err != nil {
+		return req, "", nestedInvalid("", err) // not reached: ParseRequest has read the body
 	}
 
 	// The model's name and the stream flag are read first so that the usage event of a request
 	// refused later still says what it asked for.
-	mv, hasModel := get("model")
-	modelID, isString := openai.Unquote(mv)
+	modelID, isString := openai.String(in.Model)
 	if len(modelID) > catalog.MaxIDLen {
 		// Never a model, and too long to record or quote: the event and the message get a prefix.
 		return req, recordedModel(modelID), errModelNotFound(modelID)
 	}
-	if sv, ok := get("stream"); ok {
+	if in.Stream != nil {
 		req.hasStream = true
 		var known bool
-		if req.stream, known = openai.Flag(sv); !known {
-			return req, modelID, invalid("stream", "invalid_type", "Invalid value for 'stream': expected a boolean (true or false), but got %s.", abbreviate(sv))
+		if req.stream, known = openai.Flag(in.Stream); !known {
+			return req, modelID, invalid("stream", "invalid_type", "Invalid value for 'stream': expected a boolean (true or false), but got %s.", abbreviate(in.Stream))
 		}
 	}
-	if !hasModel {
+	if in.Model == nil {
 		return req, "", invalid("model", "missing_required_parameter", "Missing required parameter: 'model'.")
 	}
 	if !isString {
-		return req, "", invalid("model", "invalid_type", "Invalid type for 'model': expected a string, but got %s instead.", kindName(mv))
+		return req, "", invalid("model", "invalid_type", "Invalid type for 'model': expected a string, but got %s instead.", kindName(in.Model))
 	}
 	m, ok := g.opt.Catalog.Model(modelID)
 	if !ok {
@@ -83,30 +81,28 @@ func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string,
 	}
 	req.model = m
 
-	if ov, ok := get("stream_options"); ok && !openai.IsNull(ov) {
+	if ov := in.StreamOptions; ov != nil && ov.Kind() != 'n' {
 		if !req.stream {
 			return req, modelID, invalid("stream_options", "invalid_value", "Invalid value for 'stream_options': stream_options is only allowed when 'stream' is true.")
 		}
-		if openai.Kind(ov) != '{' {
+		if ov.Kind() != '{' {
 			return req, modelID, invalid("stream_options", "invalid_type", "Invalid type for 'stream_options': expected an object, but got %s instead.", kindName(ov))
 		}
-		ofs, err := openai.ParseObject(nil, ov)
-		if err != nil {
+		var opts openai.StreamOptions
+		if err := openai.DecodeLast(ov, &opts); err != nil {
 			return req, modelID, invalid("stream_options", "invalid_value", "Invalid 'stream_options': %v.", err)
 		}
-		if f, ok := openai.Lookup(ov, ofs, "include_usage"); ok {
-			v := f.Value(ov)
-			b, isBool := openai.Bool(v)
-			if !isBool && !openai.IsNull(v) {
+		if v := opts.IncludeUsage; v != nil {
+			if k := v.Kind(); k != 't' && k != 'f' && k != 'n' {
 				return req, modelID, invalid("stream_options.include_usage", "invalid_type", "Invalid type for 'stream_options.include_usage': expected a boolean, but got %s instead.", kindName(v))
 			}
-			req.includeUsage = b
+			req.includeUsage = v.Kind() == 't'
 		}
 		req.options = ov
 	}
 
 	if ep.chat {
-		if e := checkChat(m, get); e != nil {
+		if e := checkChat(m, &in); e != nil {
 			return req, modelID, e
 		}
 	}
@@ -115,72 +111,64 @@ func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string,
 
 var roles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
 
-func checkChat(m *catalog.Model, get func(string) ([]byte, bool)) *apiError {
-	msgs, ok := get("messages")
-	if !ok || openai.Kind(msgs) != '[' {
+func checkChat(m *catalog.Model, in *openai.ChatCompletionRequest) *apiError {
+	var msgs []jsontext.Value
+	if in.Messages.Kind() != '[' || openai.DecodeLast(in.Messages, &msgs) != nil || len(msgs) == 0 {
 		return errEmptyMessages
 	}
-	elems, err := openai.Elements(nil, msgs)
-	if err != nil || len(elems) == 0 {
-		return errEmptyMessages
-	}
-	var buf [8]openai.Field // room for a message's members without allocating
-	fields := buf[:0]
-	for i, span := range elems {
-		msg := msgs[span[0]:span[1]]
+	for i, raw := range msgs {
 		// The message's path, for an error: built only when one is found.
 		at := func() string { return "messages[" + strconv.Itoa(i) + "]" }
-		if openai.Kind(msg) != '{' {
-			return invalid(at(), "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at(), kindName(msg))
+		if raw.Kind() != '{' {
+			return invalid(at(), "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at(), kindName(raw))
 		}
-		if fields, err = openai.ParseObject(fields[:0], msg); err != nil {
+		var msg openai.ChatCompletionMessage
+		if err := openai.DecodeLast(raw, &msg); err != nil {
 			return nestedInvalid(at(), err) // not reached: the body's parse refused it
 		}
-		rf, ok := openai.Lookup(msg, fields, "role")
-		if !ok {
+		if msg.Role == nil {
 			return invalid(at()+".role", "missing_required_parameter", "Missing required parameter: '%s.role'.", at())
 		}
-		role, ok := openai.Unquote(rf.Value(msg))
+		role, ok := openai.String(msg.Role)
 		if !ok || !roles[role] {
-			return invalid(at()+".role", "invalid_value", "Invalid value for '%s.role': %s. Supported values are: 'system', 'developer', 'user', 'assistant', and 'tool'.", at(), abbreviate(rf.Value(msg)))
+			return invalid(at()+".role", "invalid_value", "Invalid value for '%s.role': %s. Supported values are: 'system', 'developer', 'user', 'assistant', and 'tool'.", at(), abbreviate(msg.Role))
 		}
 		if role == "tool" {
-			tf, ok := openai.Lookup(msg, fields, "tool_call_id")
-			if !ok {
+			if msg.ToolCallID == nil {
 				return invalid(at()+".tool_call_id", "missing_required_parameter", "Missing required parameter: '%s.tool_call_id'.", at())
 			}
-			if _, ok := openai.Unquote(tf.Value(msg)); !ok {
-				return invalid(at()+".tool_call_id", "invalid_type", "Invalid type for '%s.tool_call_id': expected a string, but got %s instead.", at(), kindName(tf.Value(msg)))
+			if msg.ToolCallID.Kind() != '"' {
+				return invalid(at()+".tool_call_id", "invalid_type", "Invalid type for '%s.tool_call_id': expected a string, but got %s instead.", at(), kindName(msg.ToolCallID))
 			}
 		}
-		if cf, ok := openai.Lookup(msg, fields, "content"); ok && openai.Kind(cf.Value(msg)) == '[' {
-			if e := checkParts(m, at()+".content", cf.Value(msg)); e != nil {
+		if msg.Content.Kind() == '[' {
+			if e := checkParts(m, at()+".content", msg.Content); e != nil {
 				return e
 			}
 		}
 	}
 
-	if tools, ok := get("tools"); ok && !openai.IsNull(tools) {
-		if e := checkTools(tools); e != nil {
+	if in.Tools != nil && in.Tools.Kind() != 'n' {
+		if e := checkTools(in.Tools); e != nil {
 			return e
 		}
 	}
-	if tc, ok := get("tool_choice"); ok && !m.ForcedToolChoice {
-		forced := openai.Kind(tc) == '{'
-		if s, ok := openai.Unquote(tc); ok && s == "required" {
+	if tc := in.ToolChoice; tc != nil && !m.ForcedToolChoice {
+		forced := tc.Kind() == '{'
+		if s, ok := openai.String(tc); ok && s == "required" {
 			forced = true
 		}
 		if forced {
 			return invalid("tool_choice", "unsupported_parameter", "Unsupported value: forced tool choice (tool_choice %s) is not supported with model %s. Send tool_choice \"auto\".", abbreviate(tc), m.ID)
 		}
 	}
-	if re, ok := get("reasoning_effort"); ok && !openai.IsNull(re) {
-		s, _ := openai.Unquote(re)
+	if re := in.ReasoningEffort; re != nil && re.Kind() != 'n' {
+		s, _ := openai.String(re)
 		if s != "low" && s != "medium" && s != "high" {
 			return invalid("reasoning_effort", "invalid_value", "Invalid value for 'reasoning_effort': %s. Supported values are: 'low', 'medium', and 'high'.", abbreviate(re))
 		}
 	}
-	if ie, ok := get("ignore_eos"); ok && !m.IgnoreEOS {
+	if ie := in.IgnoreEOS; ie != nil && !m.IgnoreEOS {
 		// Read as the backend reads it (as stream is): "true" and 1 are true. A form the gateway
 		// does not read, which the backend might take for true ("yes", 1.0), is refused too.
 		b, known := openai.Flag(ie)
@@ -195,25 +183,20 @@ func checkChat(m *catalog.Model, get func(string) ([]byte, bool)) *apiError {
 }
 
 // checkParts refuses content parts the model cannot take (images on a text-only model).
-func checkParts(m *catalog.Model, at string, parts []byte) *apiError {
-	elems, err := openai.Elements(nil, parts)
-	if err != nil {
+func checkParts(m *catalog.Model, at string, content jsontext.Value) *apiError {
+	var parts []jsontext.Value
+	if err := openai.DecodeLast(content, &parts); err != nil {
 		return nestedInvalid(at, err) // not reached: the body's parse refused it
 	}
-	var fields []openai.Field
-	for i, span := range elems {
-		part := parts[span[0]:span[1]]
-		if openai.Kind(part) != '{' {
+	for i, raw := range parts {
+		if raw.Kind() != '{' {
 			continue
 		}
-		if fields, err = openai.ParseObject(fields[:0], part); err != nil {
+		var part openai.ContentPart
+		if err := openai.DecodeLast(raw, &part); err != nil {
 			return nestedInvalid(fmt.Sprintf("%s[%d]", at, i), err)
 		}
-		tf, ok := openai.Lookup(part, fields, "type")
-		if !ok {
-			continue
-		}
-		typ, _ := openai.Unquote(tf.Value(part))
+		typ, _ := openai.String(part.Type)
 		need := map[string]string{"image_url": "image", "input_audio": "audio"}[typ]
 		if need != "" && !hasModality(m, need) {
 			p := fmt.Sprintf("%s[%d]", at, i)
@@ -232,43 +215,39 @@ func hasModality(m *catalog.Model, kind string) bool {
 	return false
 }
 
-func checkTools(tools []byte) *apiError {
-	if openai.Kind(tools) != '[' {
-		return invalid("tools", "invalid_type", "Invalid type for 'tools': expected an array, but got %s instead.", kindName(tools))
+func checkTools(raw jsontext.Value) *apiError {
+	if raw.Kind() != '[' {
+		return invalid("tools", "invalid_type", "Invalid type for 'tools': expected an array, but got %s instead.", kindName(raw))
 	}
-	elems, err := openai.Elements(nil, tools)
-	if err != nil {
+	var tools []jsontext.Value
+	if err := openai.DecodeLast(raw, &tools); err != nil {
 		return invalid("tools", "invalid_type", "Invalid 'tools': %v.", err)
 	}
-	var fields, fn []openai.Field
-	for i, span := range elems {
-		tool := tools[span[0]:span[1]]
+	for i, raw := range tools {
 		at := func() string { return "tools[" + strconv.Itoa(i) + "]" }
-		if openai.Kind(tool) != '{' {
-			return invalid(at(), "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at(), kindName(tool))
+		if raw.Kind() != '{' {
+			return invalid(at(), "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at(), kindName(raw))
 		}
-		if fields, err = openai.ParseObject(fields[:0], tool); err != nil {
+		var tool openai.Tool
+		if err := openai.DecodeLast(raw, &tool); err != nil {
 			return nestedInvalid(at(), err)
 		}
-		if tf, ok := openai.Lookup(tool, fields, "type"); ok {
-			if typ, _ := openai.Unquote(tf.Value(tool)); typ != "function" {
+		if tool.Type != nil {
+			if typ, _ := openai.String(tool.Type); typ != "function" {
 				continue // other tool kinds are the model server's to judge
 			}
 		}
-		ff, ok := openai.Lookup(tool, fields, "function")
-		if !ok || openai.Kind(ff.Value(tool)) != '{' {
+		if tool.Function.Kind() != '{' {
 			return invalid(at()+".function", "missing_required_parameter", "Missing required parameter: '%s.function'.", at())
 		}
-		fv := ff.Value(tool)
-		if fn, err = openai.ParseObject(fn[:0], fv); err != nil {
+		var fn openai.FunctionDefinition
+		if err := openai.DecodeLast(tool.Function, &fn); err != nil {
 			return nestedInvalid(at()+".function", err)
 		}
-		nf, ok := openai.Lookup(fv, fn, "name")
-		if name, isStr := openai.Unquote(nf.Value(fv)); !ok || !isStr || name == "" {
+		if name, _ := openai.String(fn.Name); name == "" {
 			return invalid(at()+".function.name", "missing_required_parameter", "Missing required parameter: '%s.function.name'.", at())
 		}
-		df, ok := openai.Lookup(fv, fn, "description")
-		if desc, isStr := openai.Unquote(df.Value(fv)); !ok || !isStr || desc == "" {
+		if desc, _ := openai.String(fn.Description); desc == "" {
 			return invalid(at()+".function.description", "", "Invalid '%s.function': a function tool must have a non-empty 'description'.", at())
 		}
 	}
@@ -295,13 +274,12 @@ func (req *request) forward(b catalog.Backend) []byte {
 		if b.ContinuousUsage {
 			opts = append(opts, openai.Edit{Key: "continuous_usage_stats", Value: []byte("true")})
 		}
-		var so []byte
+		so := []byte("{}")
+		ofs, _ := openai.ParseObject(nil, req.options) // nil options: none, and an empty object to fill
 		if req.options != nil {
-			ofs, _ := openai.ParseObject(nil, req.options)
-			so = openai.Rewrite(nil, req.options, ofs, opts...)
-		} else {
-			so = openai.Rewrite(nil, []byte("{}"), nil, opts...)
+			so = req.options
 		}
+		so = openai.Rewrite(nil, so, ofs, opts...)
 		edits = append(edits, openai.Edit{Key: "stream_options", Value: so})
 	}
 	if len(edits) == 0 {
@@ -311,8 +289,8 @@ func (req *request) forward(b catalog.Backend) []byte {
 }
 
 // kindName names a JSON value's type the way OpenAI's errors do.
-func kindName(v []byte) string {
-	switch openai.Kind(v) {
+func kindName(v jsontext.Value) string {
+	switch v.Kind() {
 	case '{':
 		return "an object"
 	case '[':
@@ -337,7 +315,7 @@ func abbreviate(v []byte) string {
 	return clip(string(v), max)
 }
 
-// nestedInvalid refuses a nested object or array that does not parse. ParseObject has validated
+// nestedInvalid refuses a nested object or array that does not parse. ParseRequest has validated
 // the whole body, duplicate names at every depth included, before any check reads a nested value:
 // this is the answer should that ever change, never a silent pass.
 func nestedInvalid(at string, err error) *apiError {

@@ -327,7 +327,7 @@ func TestRecordedStreams(t *testing.T) {
 		truncated bool
 	}{
 		{file: "vllm-chat-usage.sse", usage: Usage{PromptTokens: 9, CompletionTokens: 12, TotalTokens: 21}, usageAt: "choices"},
-		{file: "crlf.sse", usage: Usage{PromptTokens: 5, CompletionTokens: 7, TotalTokens: 12, CachedTokens: 3}, usageAt: "empty"},
+		{file: "crlf.sse", usage: Usage{PromptTokens: 5, CompletionTokens: 7, TotalTokens: 12, PromptTokensDetails: PromptTokensDetails{CachedTokens: 3}}, usageAt: "empty"},
 		{file: "keepalive.sse", usage: Usage{PromptTokens: 9, CompletionTokens: 12, TotalTokens: 21}, usageAt: "empty", comments: 3},
 		{file: "no-final-blank-line.sse", truncated: true},
 	}
@@ -375,8 +375,11 @@ func TestRecordedStreams(t *testing.T) {
 						t.Fatal(err)
 					} else if ok {
 						usage = parsed
-						c, _ := Lookup(ev.Data, fields, "choices")
-						usageAt = map[bool]string{true: "empty", false: "choices"}[IsEmptyArray(c.Value(ev.Data))]
+						var c ChatCompletionChunk
+						if err := Decode(ev.Data, &c); err != nil {
+							t.Fatal(err)
+						}
+						usageAt = map[bool]string{true: "empty", false: "choices"}[len(c.Choices) == 0]
 					}
 				}
 				fmt.Fprintf(&summary, "truncated: %v\n", d.Truncated())

@@ -16,12 +16,12 @@ func TestParseUsage(t *testing.T) {
 	}{
 		{name: "null", v: "null"},
 		{name: "null with space", v: " null "},
-		{name: "vLLM order", v: `{"prompt_tokens":9,"total_tokens":21,"completion_tokens":12}`, want: Usage{9, 12, 21, 0}, ok: true},
-		{name: "details null", v: `{"prompt_tokens":9,"total_tokens":21,"completion_tokens":12,"prompt_tokens_details":null}`, want: Usage{9, 12, 21, 0}, ok: true},
-		{name: "cached tokens", v: `{"prompt_tokens":2006,"completion_tokens":300,"total_tokens":2306,"prompt_tokens_details":{"cached_tokens":1920,"audio_tokens":0}}`, want: Usage{2006, 300, 2306, 1920}, ok: true},
-		{name: "cached tokens null", v: `{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,"prompt_tokens_details":{"cached_tokens":null}}`, want: Usage{1, 2, 3, 0}, ok: true},
-		{name: "details without cached tokens", v: `{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,"prompt_tokens_details":{}}`, want: Usage{1, 2, 3, 0}, ok: true},
-		{name: "other members ignored", v: `{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,"cost":0.000001155,"completion_tokens_details":{"reasoning_tokens":1}}`, want: Usage{1, 2, 3, 0}, ok: true},
+		{name: "vLLM order", v: `{"prompt_tokens":9,"total_tokens":21,"completion_tokens":12}`, want: Usage{9, 12, 21, PromptTokensDetails{0}}, ok: true},
+		{name: "details null", v: `{"prompt_tokens":9,"total_tokens":21,"completion_tokens":12,"prompt_tokens_details":null}`, want: Usage{9, 12, 21, PromptTokensDetails{0}}, ok: true},
+		{name: "cached tokens", v: `{"prompt_tokens":2006,"completion_tokens":300,"total_tokens":2306,"prompt_tokens_details":{"cached_tokens":1920,"audio_tokens":0}}`, want: Usage{2006, 300, 2306, PromptTokensDetails{1920}}, ok: true},
+		{name: "cached tokens null", v: `{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,"prompt_tokens_details":{"cached_tokens":null}}`, want: Usage{1, 2, 3, PromptTokensDetails{0}}, ok: true},
+		{name: "details without cached tokens", v: `{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,"prompt_tokens_details":{}}`, want: Usage{1, 2, 3, PromptTokensDetails{0}}, ok: true},
+		{name: "other members ignored", v: `{"prompt_tokens":1,"completion_tokens":2,"total_tokens":3,"cost":0.000001155,"completion_tokens_details":{"reasoning_tokens":1}}`, want: Usage{1, 2, 3, PromptTokensDetails{0}}, ok: true},
 		{name: "zeros", v: ` { "prompt_tokens" : 0 , "completion_tokens" : 0 , "total_tokens" : 0 } `, want: Usage{}, ok: true},
 		{name: "largest int64", v: `{"prompt_tokens":9223372036854775807,"completion_tokens":0,"total_tokens":0}`, want: Usage{PromptTokens: 1<<63 - 1}, ok: true},
 		{name: "overflow", v: `{"prompt_tokens":9223372036854775808,"completion_tokens":0,"total_tokens":0}`, err: "prompt_tokens: \"9223372036854775808\" is too large"},
@@ -63,6 +63,9 @@ func TestParseUsage(t *testing.T) {
 const usageValue = `{"prompt_tokens":9,"total_tokens":21,"completion_tokens":12,"prompt_tokens_details":{"cached_tokens":3}}`
 
 func TestParseUsageDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocations are not counted under the race detector")
+	}
 	v := []byte(usageValue)
 	allocs := testing.AllocsPerRun(100, func() {
 		if _, _, err := ParseUsage(v); err != nil {

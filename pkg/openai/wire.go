@@ -1,0 +1,242 @@
+package openai
+
+import (
+	"strconv"
+
+	"github.com/go-json-experiment/json/jsontext"
+)
+
+// The wire types below are named as OpenAI's API reference names them
+// (https://platform.openai.com/docs/api-reference/chat) and hold what the gateway reads; Decode
+// skips every other member, and the gateway forwards the client's bytes, not these values. A
+// member the gateway checks the type of is kept as written (a jsontext.Value, nil when absent),
+// so that a wrong type is the gateway's 400 with the member's path rather than a decoding error.
+
+// ChatCompletionRequest is the body of POST /v1/chat/completions.
+type ChatCompletionRequest struct {
+	Model           jsontext.Value `json:"model,omitzero"`
+	Stream          jsontext.Value `json:"stream,omitzero"`
+	StreamOptions   jsontext.Value `json:"stream_options,omitzero"`
+	Messages        jsontext.Value `json:"messages,omitzero"`
+	Tools           jsontext.Value `json:"tools,omitzero"`
+	ToolChoice      jsontext.Value `json:"tool_choice,omitzero"`
+	ReasoningEffort jsontext.Value `json:"reasoning_effort,omitzero"`
+	IgnoreEOS       jsontext.Value `json:"ignore_eos,omitzero"` // vLLM's and SGLang's extension
+}
+
+// StreamOptions is a request's stream_options.
+type StreamOptions struct {
+	IncludeUsage jsontext.Value `json:"include_usage,omitzero"`
+}
+
+// ChatCompletionMessage is one element of a chat request's messages.
+type ChatCompletionMessage struct {
+	Role       jsontext.Value `json:"role,omitzero"`
+	ToolCallID jsontext.Value `json:"tool_call_id,omitzero"`
+	Content    jsontext.Value `json:"content,omitzero"` // a string, or an array of ContentPart
+}
+
+// ContentPart is one element of a message's content array: text, image_url, input_audio, file.
+type ContentPart struct {
+	Type jsontext.Value `json:"type,omitzero"`
+}
+
+// Tool is one element of a chat request's tools.
+type Tool struct {
+	Type     jsontext.Value `json:"type,omitzero"`
+	Function jsontext.Value `json:"function,omitzero"` // a FunctionDefinition
+}
+
+// FunctionDefinition is a function tool's function.
+type FunctionDefinition struct {
+	Name        jsontext.Value `json:"name,omitzero"`
+	Description jsontext.Value `json:"description,omitzero"`
+}
+
+// ChatCompletion is a non-streamed answer of either endpoint (object "chat.completion" or
+// "text_completion"); Usage is kept as written, for ParseUsage and for the cost added to it.
+type ChatCompletion struct {
+	Choices []Choice       `json:"choices"`
+	Usage   jsontext.Value `json:"usage,omitzero"`
+}
+
+// Choice is one element of a non-streamed answer's choices.
+type Choice struct {
+	FinishReason string `json:"finish_reason,omitzero"` // "" while null
+}
+
+// ChatCompletionChunk is one streamed event of either endpoint (object "chat.completion.chunk"
+// or "text_completion").
+type ChatCompletionChunk struct {
+	Choices []ChunkChoice `json:"choices"`
+	// Usage is kept as written, for ParseUsage and the cost added to it; after ParseChunk it
+	// is the chunk's own bytes, valid as long as they are.
+	Usage jsontext.Value `json:"usage,omitzero"`
+}
+
+// ChunkChoice is one element of a chunk's choices: Delta for chat, Text for completions.
+type ChunkChoice struct {
+	Index        int        `json:"index"` // -1 when not a non-negative integer
+	Delta        ChunkDelta `json:"delta,omitzero"`
+	Text         string     `json:"text,omitzero"`
+	FinishReason string     `json:"finish_reason,omitzero"` // "" while null
+}
+
+// ChunkDelta is a chat chunk's delta; reasoning_content is vLLM's and SGLang's name for
+// reasoning, reasoning the newer one. ToolCalls is kept as written: the gateway only needs to
+// know whether it holds any.
+type ChunkDelta struct {
+	Content          string         `json:"content,omitzero"`
+	ReasoningContent string         `json:"reasoning_content,omitzero"`
+	Reasoning        string         `json:"reasoning,omitzero"`
+	ToolCalls        jsontext.Value `json:"tool_calls,omitzero"`
+}
+
+// Generated reports whether the delta carries generated content: text, reasoning, or tool-call
+// fragments.
+func (d *ChunkDelta) Generated() bool {
+	return d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" || len(d.ToolCalls) > 2 && d.ToolCalls.Kind() != 'n'
+}
+
+// A relay reads every chunk's choices, so ChunkChoice and ChunkDelta read their tokens
+// themselves: json.Unmarshal's reflection took three times as long on a typical choice
+// (BenchmarkDecodeChunkChoices). Both start afresh, so that of a member written twice, which
+// the client's JSON parser reads as the last one, nothing of the first remains.
+
+// readChoices reads the array of choices at dec. An element that is not an object reads as a
+// choice without members.
+func (c *ChatCompletionChunk) readChoices(dec *jsontext.Decoder) error {
+	c.Choices = c.Choices[:0]
+	if _, err := dec.ReadToken(); err != nil { // the '['
+		return err
+	}
+	for dec.PeekKind() != ']' {
+		c.Choices = append(c.Choices, ChunkChoice{})
+		var err error
+		if dec.PeekKind() == '{' {
+			err = c.Choices[len(c.Choices)-1].UnmarshalJSONFrom(dec)
+		} else {
+			err = dec.SkipValue()
+		}
+		if err != nil {
+			return err
+		}
+	}
+	_, err := dec.ReadToken()
+	return err
+}
+
+// UnmarshalJSONFrom reads a choice.
+func (c *ChunkChoice) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*c = ChunkChoice{}
+	return readObject(dec, func(name []byte) (err error) {
+		switch string(name) {
+		case "index":
+			var v jsontext.Value
+			if v, err = dec.ReadValue(); err == nil {
+				if c.Index, err = strconv.Atoi(string(v)); err != nil || c.Index < 0 {
+					c.Index, err = -1, nil
+				}
+			}
+		case "delta":
+			err = c.Delta.UnmarshalJSONFrom(dec)
+		case "text":
+			c.Text, err = readText(dec)
+		case "finish_reason":
+			c.FinishReason, err = readText(dec)
+		default:
+			err = dec.SkipValue()
+		}
+		return err
+	})
+}
+
+// UnmarshalJSONFrom reads a delta.
+func (d *ChunkDelta) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*d = ChunkDelta{}
+	return readObject(dec, func(name []byte) (err error) {
+		switch string(name) {
+		case "content":
+			d.Content, err = readText(dec)
+		case "reasoning_content":
+			d.ReasoningContent, err = readText(dec)
+		case "reasoning":
+			d.Reasoning, err = readText(dec)
+		case "tool_calls":
+			var v jsontext.Value
+			if v, err = dec.ReadValue(); err == nil {
+				d.ToolCalls = append(d.ToolCalls[:0], v...)
+			}
+		default:
+			err = dec.SkipValue()
+		}
+		return err
+	})
+}
+
+// readText reads a string member; any other value reads as "" unless it holds something (an
+// array of content parts), which reads as written.
+func readText(dec *jsontext.Decoder) (string, error) {
+	if dec.PeekKind() == '"' {
+		tok, err := dec.ReadToken()
+		return tok.String(), err
+	}
+	v, err := dec.ReadValue()
+	if err != nil || len(v) <= 2 || v.Kind() == 'n' {
+		return "", err
+	}
+	return string(v), nil
+}
+
+// Usage is a usage object's token counts (CompletionUsage in OpenAI's reference).
+type Usage struct {
+	PromptTokens     int64 `json:"prompt_tokens"`
+	CompletionTokens int64 `json:"completion_tokens"`
+	TotalTokens      int64 `json:"total_tokens"`
+	// PromptTokensDetails.CachedTokens is 0 when the server reports none.
+	PromptTokensDetails PromptTokensDetails `json:"prompt_tokens_details,omitzero"`
+}
+
+// PromptTokensDetails is a usage object's prompt_tokens_details.
+type PromptTokensDetails struct {
+	CachedTokens int64 `json:"cached_tokens"`
+}
+
+// ErrorResponse is an error body as model servers write it: vLLM's and OpenAI's
+// {"error":{...}}, SGLang's flat {"object":"error","message",...}, FastAPI's {"detail":...}.
+// Error and Detail are kept as written: their shapes vary by server.
+type ErrorResponse struct {
+	Error jsontext.Value `json:"error,omitzero"`
+	ErrorBody
+}
+
+// ErrorBody is the inside of an error response (or a flat one). Code is a string (OpenAI) or an
+// HTTP status (vLLM, SGLang).
+type ErrorBody struct {
+	Message jsontext.Value `json:"message,omitzero"`
+	Param   jsontext.Value `json:"param,omitzero"`
+	Code    jsontext.Value `json:"code,omitzero"`
+	Detail  jsontext.Value `json:"detail,omitzero"`
+}
+
+// Flag reads v, a JSON value given for a boolean request flag, as model servers read it and
+// returns whether the value is one of the forms the gateway accepts at all: true, "true" and 1
+// are true; false, "false", 0 and null are false. vLLM and SGLang validate their requests with
+// pydantic in lax mode, which reads those forms the same way (null as "not given") but also takes
+// 1.0, "1", "yes", "on", "t", "y" and their capitalised forms as true; such a value gets ok false,
+// so that a caller refuses it rather than forward a flag the backend would read differently.
+func Flag(v jsontext.Value) (val, ok bool) {
+	switch string(v) {
+	case "true", `"true"`, "1":
+		return true, true
+	case "false", `"false"`, "0", "null":
+		return false, true
+	}
+	return false, false
+}
+
+// String decodes v if it is a JSON string. Invalid UTF-8 and unpaired surrogates become U+FFFD,
+// as with encoding/json.
+func String(v jsontext.Value) (s string, ok bool) {
+	return s, v.Kind() == '"' && Decode(v, &s) == nil
+}
