@@ -5,12 +5,14 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // fakeClock is a Clock that moves only when a test advances it.
@@ -228,5 +230,100 @@ func TestSettlementRetriesOnTheGatewaysClock(t *testing.T) {
 				t.Errorf("event %+v", ev)
 			}
 		})
+	}
+}
+
+// flakyRenew counts lease renewals and fails them while fail is set.
+type flakyRenew struct {
+	store.Gateway
+	fail  atomic.Bool
+	calls atomic.Int64
+}
+
+func (s *flakyRenew) Renew(ctx context.Context, l store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
+	defer s.calls.Add(1)
+	if s.fail.Load() {
+		return store.Lease{}, errStoreStalled
+	}
+	return s.Gateway.Renew(ctx, l, now, ttl)
+}
+
+// armedAt waits until a timer is armed exactly d ahead of the fake clock.
+func (c *fakeClock) armedAt(t *testing.T, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c.mu.Lock()
+		found := slices.ContainsFunc(c.timers, func(tm *fakeTimer) bool { return tm.at.Sub(c.now) == d })
+		c.mu.Unlock()
+		if found {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no timer armed %v ahead of the fake clock", d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestLeaseOnTheGatewaysClock: a stream's lease is renewed every third of its TTL and fenced a
+// sixth of it before it expires, as the gateway's clock tells; the test drives the clock through
+// a renewal that succeeds and two that fail, and the stream is stopped with slot_lost only once
+// the renewed lease comes within the fence, not at the first lease's.
+func TestLeaseOnTheGatewaysClock(t *testing.T) {
+	t.Parallel()
+	clk := newFakeClock(time.Now())
+	renew := &flakyRenew{}
+	h := newHarness(t, config{
+		gateway:   func(o *Options) { o.Clock = clk; o.LeaseTTL = time.Minute },
+		wrapStore: func(s store.Gateway) store.Gateway { renew.Gateway = s; return renew },
+	})
+	key, _ := h.newOrg("org_lease", "1", 1)
+	s := h.stream(req{path: "/v1/chat/completions", key: key,
+		body: chatBody("gpt-oss-120b", "long [[sim:delay_ms=5]]", `"max_tokens":100000`, `"stream":true`)})
+	ended := make(chan []event, 1)
+	go func() { ended <- s.all() }()
+	const sec = time.Second
+	// Renewals every 20 s; the fence at 50 s, 10 s before the first lease expires.
+	clk.armedAt(t, 20*sec)
+	clk.armedAt(t, 50*sec)
+	steps := []struct {
+		advance time.Duration
+		fail    bool          // renewals fail from this step on
+		renews  int64         // renewals made after it
+		armed   time.Duration // a timer then armed this far ahead
+	}{
+		{advance: 20 * sec, renews: 1, armed: 20 * sec},             // t=20: renewed to expire at 80 s
+		{advance: 20 * sec, fail: true, renews: 2, armed: 20 * sec}, // t=40: renewal fails
+		{advance: 10 * sec, renews: 2, armed: 20 * sec},             // t=50: the fence waits until 70 s
+		{advance: 10 * sec, renews: 3, armed: 20 * sec},             // t=60: renewal fails
+	}
+	for i, st := range steps {
+		if st.fail {
+			renew.fail.Store(true)
+		}
+		clk.advance(st.advance)
+		clk.armedAt(t, st.armed)
+		if got := renew.calls.Load(); got != st.renews {
+			t.Fatalf("step %d: %d renewals, want %d", i, got, st.renews)
+		}
+		select {
+		case evs := <-ended:
+			t.Fatalf("step %d: the stream ended while its lease was good: %q", i, evs[len(evs)-1].data)
+		default:
+		}
+	}
+	clk.advance(10 * sec) // t=70: 10 s before the renewed lease expires
+	var evs []event
+	select {
+	case evs = <-ended:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream went on past its fence")
+	}
+	if last := evs[len(evs)-1]; !strings.Contains(last.data, `"code":"slot_lost"`) {
+		t.Fatalf("fenced stream ended with %q", last.data)
+	}
+	if ev := h.waitEvent("org_lease", s.resp.Header.Get(GenerationHeader)); ev.Status != usage.StatusSlotLost {
+		t.Errorf("record of the fenced stream: %+v", ev)
 	}
 }

@@ -44,8 +44,9 @@ func (s *slot) stop() store.Lease {
 // long stream keeps its slot and a crashed one loses it, and arms the fence: should the lease go
 // unrenewed until fenceMargin before it expires (the store stalled, or the lease was lost), the
 // request's backend call is cancelled with causeSlotLost and the request stops being served. The
-// timers are created under the slot's mu, which every renewal and the fence take before they touch them,
-// and neither re-arms once the exchange is settled: nothing outlives settlement.
+// timers, on the gateway's clock, are created under the slot's mu, which every renewal and the
+// fence take before they touch them, and neither re-arms once the exchange is settled: nothing
+// outlives settlement.
 func (g *Gateway) renewLeases(x *exchange) {
 	every := g.opt.LeaseTTL / 3
 	s := &x.slot
