@@ -27,40 +27,32 @@ const (
 var errBacklog = errors.New("too many admissions or settlements waiting for the store")
 
 // admit runs steps 1 to 6 of the contract: maintenance, body size, key, organization, credits and
-// an in-flight slot with its reservation; then tells the verdict of step 7, the endpoint checks.
-// The body is checked before admission, because the reservation is the checked request's worst
-// case, but a check's error is answered only once the request is admitted, in the contract's
-// order. It returns the admitted exchange, and whether the request passed its checks; nil when
-// it was refused before admission.
-func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*exchange, bool) {
+// an in-flight slot with its reservation; then step 7, the endpoint checks. The body is checked
+// before admission, because the reservation is the checked request's worst case, but a check's
+// error is answered only once the request is admitted, in the contract's order. It returns the
+// admitted exchange, and the error of its checks; or no exchange and why it was not admitted.
+func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*exchange, error) {
 	ctx := r.Context()
-	started := g.opt.Now()
+	started := g.opt.Clock.Now()
 
 	// 1. Maintenance.
-	if e := g.checkMaintenance(ctx); e != nil {
-		writeError(w, e)
-		return nil, false
+	if err := g.checkMaintenance(ctx); err != nil {
+		return nil, err
 	}
 	// 2. Body size. The body is read whole before authentication, as the order requires; the
 	// limit bounds what an anonymous client can make us hold.
-	body, e := g.readBody(w, r)
-	if e != nil {
-		writeError(w, e)
-		return nil, false
+	body, err := g.readBody(w, r)
+	if err != nil {
+		return nil, err
 	}
 	// 3, 4. Key and organization. The key lookup and the admission share one deadline: a
 	// stalled store answers 503 within it. A client's departure does not cancel them: it could
 	// cancel the admission after the store took the slot and before its answer came back.
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opt.AdmitTimeout)
 	defer cancel()
-	p, e := g.authenticate(sctx, r)
-	if e != nil {
-		writeError(w, e)
-		return nil, false
-	}
-	if p.OrgStatus == store.OrgSuspended {
-		writeError(w, errSuspended)
-		return nil, false
+	p, err := g.authenticate(sctx, r)
+	if err != nil {
+		return nil, err
 	}
 	req, modelID, checkErr := g.check(ep, body)
 	reserve := money.Amount(0) // a request refused at step 7 costs nothing
@@ -68,7 +60,7 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*
 		reserve = worstCase(ep, &req)
 	}
 	// 5, 6. Credits and an in-flight slot, in one store call.
-	genID := newGenerationID()
+	genID := newGenerationID(started)
 	areq := store.AdmitRequest{OrgID: p.OrgID, HolderID: genID, Now: started, TTL: g.opt.LeaseTTL, Reserve: reserve}
 	lease, err := g.admitSlot(sctx, areq)
 	if err != nil {
@@ -76,8 +68,11 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*
 		if !refused(err) && !errors.Is(err, errBacklog) {
 			g.releaseUnknown(areq)
 		}
-		writeError(w, g.admissionError(ctx, err, p, genID, reserve))
-		return nil, false
+		refusal := &admissionError{err: err, reserve: reserve, limit: p.MaxInFlight}
+		if !known(refusal) {
+			g.log.LogAttrs(ctx, slog.LevelError, "admission failed", slog.String("generation_id", genID), slog.String("org_id", p.OrgID), slog.String("error", err.Error()))
+		}
+		return nil, refusal
 	}
 	// The request has a usage event from here on, and its id names it.
 	w.Header().Set(GenerationHeader, genID)
@@ -87,9 +82,8 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*
 		w:      w,
 		reqCtx: ctx,
 		fenced: fenced,
-		lost:   lost,
 		ep:     ep,
-		lease:  lease,
+		slot:   slot{lease: lease, lost: lost},
 		event: usage.Event{
 			Version:      usage.SchemaVersion,
 			GenerationID: genID,
@@ -105,13 +99,11 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*
 	g.admitted.Add(1)
 	g.unsettled.Store(genID, &pending{orgID: p.OrgID, event: x.event})
 	g.renewLeases(x)
-	// 7. The endpoint checks.
 	if checkErr != nil {
-		x.fail(checkErr)
-		return x, false
+		return x, checkErr
 	}
 	x.req = &req
-	return x, true
+	return x, nil
 }
 
 // admitSlot asks the store for the slot, within the admission deadline and the gateway's bounds
@@ -154,7 +146,7 @@ func (g *Gateway) releaseUnknown(req store.AdmitRequest) {
 	go func() {
 		defer g.unsettledLate.Add(-1)
 		backoff, misses := 100*time.Millisecond, 0
-		for time.Now().Before(lease.Expires) {
+		for g.opt.Clock.Now().Before(lease.Expires) {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			released, err := g.opt.Store.Release(ctx, lease)
 			cancel()
@@ -169,30 +161,14 @@ func (g *Gateway) releaseUnknown(req store.AdmitRequest) {
 				}
 				backoff = time.Second << misses
 			}
-			time.Sleep(backoff)
+			g.sleep(backoff)
 			backoff = min(2*backoff, 5*time.Second)
 		}
 	}()
 }
 
-// admissionError is the client's error for a refused admission.
-func (g *Gateway) admissionError(ctx context.Context, err error, p store.Principal, genID string, reserve money.Amount) *apiError {
-	switch {
-	case errors.Is(err, store.ErrSuspended):
-		return errSuspended
-	case errors.Is(err, store.ErrInsufficientCredits):
-		return errNoCredits(reserve)
-	case errors.Is(err, store.ErrSlotsFull):
-		return errRateLimited(p.MaxInFlight)
-	case errors.Is(err, store.ErrNotFound):
-		return errBadKey // the organization was deleted under a cached key
-	}
-	g.log.LogAttrs(ctx, slog.LevelError, "admission failed", slog.String("generation_id", genID), slog.String("org_id", p.OrgID), slog.String("error", err.Error()))
-	return errStoreDown
-}
-
 // readBody reads the request body under the size limit.
-func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *apiError) {
+func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.ContentLength > g.opt.MaxBody {
 		return nil, errTooLarge(g.opt.MaxBody)
 	}

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -14,9 +13,9 @@ import (
 	"github.com/neocloud/kiln/pkg/store"
 )
 
-// authenticate reads the one Authorization header and finds its key's organization.
-// Keys travel in no other header and no query parameter.
-func (g *Gateway) authenticate(ctx context.Context, r *http.Request) (store.Principal, *apiError) {
+// authenticate reads the one Authorization header and finds its key's organization, which must
+// not be suspended. Keys travel in no other header and no query parameter.
+func (g *Gateway) authenticate(ctx context.Context, r *http.Request) (store.Principal, error) {
 	values := r.Header.Values("Authorization")
 	if len(values) == 0 {
 		return store.Principal{}, errNoKey
@@ -34,16 +33,17 @@ func (g *Gateway) authenticate(ctx context.Context, r *http.Request) (store.Prin
 	}
 	// ctx is the caller's store context: the admission deadline, and no cancellation by a client
 	// that leaves (which must not turn the lookup into a store failure, a 503 logged as an error).
-	p, err := g.keys.get(ctx, apikey.Hash(key), g.opt.Now())
+	p, err := g.keys.get(ctx, apikey.Hash(key), g.opt.Clock.Now())
 	switch {
-	case err == nil:
-		return p, nil
-	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrKeyRevoked):
-		return store.Principal{}, errBadKey
-	default:
+	case err != nil && !known(err):
 		g.log.LogAttrs(ctx, slog.LevelError, "key lookup failed", slog.String("error", err.Error()))
-		return store.Principal{}, errStoreDown
+		return store.Principal{}, err
+	case err != nil:
+		return store.Principal{}, err
+	case p.OrgStatus == store.OrgSuspended:
+		return store.Principal{}, errSuspended
 	}
+	return p, nil
 }
 
 // keyCache keeps recent successful key lookups for a short time, so that a busy key costs no

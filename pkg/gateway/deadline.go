@@ -7,17 +7,17 @@ import (
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
-// deadlinePassed answers, and reports true for, a backend call that the request's own deadline
-// (ctx is the backend context: the deadline less the settle reserve, see backendContext) ended
-// before anything reached the client: 503 deadline_exceeded, and the usage event says so. A
-// deadline that had passed before the request started (shorter than the reserve) means the
-// backend was never called, and the message says that. A client that left is not a deadline.
-func (x *exchange) deadlinePassed(ctx context.Context) bool {
+// deadlineError is the error of a backend call that the request's own deadline (ctx is the
+// backend context: the deadline less the settle reserve, see backendContext) ended before
+// anything reached the client: 503 deadline_exceeded, and the usage event says so; nil when the
+// deadline did not end it. A deadline that had passed before the request started (shorter than
+// the reserve) means the backend was never called, and the message says that. A client that
+// left is not a deadline.
+func (x *exchange) deadlineError(ctx context.Context) error {
 	if !errors.Is(ctx.Err(), context.DeadlineExceeded) || x.requestCtxDone() {
-		return false
+		return nil
 	}
 	dl, _ := ctx.Deadline()
 	x.event.Status = usage.StatusDeadlineExceeded
-	x.fail(errDeadline(!dl.After(x.event.StartedAt)))
-	return true
+	return errDeadline(!dl.After(x.event.StartedAt))
 }

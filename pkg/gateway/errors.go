@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
 	"regexp"
@@ -13,21 +14,84 @@ import (
 	"github.com/go-json-experiment/json/jsontext"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/openai"
+	"github.com/neocloud/kiln/pkg/store"
 )
 
-// apiError is an error a client may see: a status and the OpenAI error body. Everything else
-// that goes wrong is logged and shown as a generic error; this is the one place that decides.
+// apiError is an error a client may see: a status and the OpenAI error body. Handlers return
+// errors, and answer, below, is the one place that decides what a client sees of one.
 type apiError struct {
-	status int
+	status int // 0 for an error event inside a stream, which has its status already
 	body   openai.Error
 	// retryAfter, when set, is sent as an HTTP-date Retry-After header (maintenance only).
 	retryAfter time.Time
 	// close asks for the connection to be closed after the answer (Connection: close).
 	close bool
+	// plain sends "Bad Gateway: " and the message as text: the 502 the seed pages document.
+	plain bool
 }
 
 func (e *apiError) Error() string {
 	return fmt.Sprintf("%d %s: %s", e.status, e.body.Code, e.body.Message)
+}
+
+// admissionError is the store's refusal of an admission, with what the client's message quotes.
+type admissionError struct {
+	err     error
+	reserve money.Amount // the request's worst case
+	limit   int          // the organization's in-flight limit
+}
+
+func (e *admissionError) Error() string { return "admission: " + e.err.Error() }
+func (e *admissionError) Unwrap() error { return e.err }
+
+// answer is what a client sees of err: an *apiError as it is; the store's refusals of a key, an
+// organization or an admission as the contract names them; anything else as the generic 503,
+// whose cause the caller has logged. A client never sees an error's own text.
+func answer(err error) *apiError {
+	var e *apiError
+	var adm *admissionError
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, store.ErrSuspended):
+		return errSuspended
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, store.ErrKeyRevoked):
+		return errBadKey // also an organization deleted under a cached key
+	case errors.As(err, &adm) && errors.Is(err, store.ErrInsufficientCredits):
+		return errNoCredits(adm.reserve)
+	case errors.As(err, &adm) && errors.Is(err, store.ErrSlotsFull):
+		return errRateLimited(adm.limit)
+	}
+	return errStoreDown
+}
+
+// known reports whether answer has a message of its own for err; the others are logged.
+func known(err error) bool { return answer(err) != errStoreDown || errors.Is(err, errStoreDown) }
+
+// writeError answers with err, as answer decides. The caller has already set
+// X-Neocloud-Generation-Id where it applies.
+func writeError(w http.ResponseWriter, err error) {
+	e := answer(err)
+	h := w.Header()
+	if !e.retryAfter.IsZero() {
+		h.Set("Retry-After", e.retryAfter.UTC().Format(http.TimeFormat))
+	}
+	if e.close {
+		h.Set("Connection", "close")
+	}
+	if e.plain {
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("X-Content-Type-Options", "nosniff")
+		w.WriteHeader(e.status)
+		fmt.Fprintf(w, "Bad Gateway: %s\n", e.body.Message)
+		return
+	}
+	openai.WriteError(w, e.status, e.body)
+}
+
+// errorEventData is err as a stream's last event, as answer decides.
+func errorEventData(err error) []byte {
+	return openai.AppendData(nil, answer(err).body.AppendJSON(nil))
 }
 
 func invalid(param, code, format string, args ...any) *apiError {
@@ -49,40 +113,50 @@ func errMaintenance(until time.Time) *apiError {
 }
 
 func errTooLarge(limit int64) *apiError {
-	return &apiError{status: http.StatusRequestEntityTooLarge, body: openai.Error{
-		Message: fmt.Sprintf("The request body is larger than the limit of %d bytes.", limit),
-		Type:    openai.TypeInvalidRequest,
-		Code:    "request_too_large",
-	}}
+	return &apiError{status: http.StatusRequestEntityTooLarge, body: openai.Error{Type: openai.TypeInvalidRequest, Code: "request_too_large",
+		Message: fmt.Sprintf("The request body is larger than the limit of %d bytes.", limit)}}
 }
 
 var (
-	errNoKey = &apiError{status: http.StatusUnauthorized, body: openai.Error{
-		Message: "You didn't provide an API key. Send it in the Authorization header as 'Authorization: Bearer YOUR_KEY'.",
-		Type:    openai.TypeAuthentication,
-		Code:    "invalid_api_key",
-	}}
-	errBadKey = &apiError{status: http.StatusUnauthorized, body: openai.Error{
-		Message: "Incorrect API key provided, or the key was revoked.",
-		Type:    openai.TypeAuthentication,
-		Code:    "invalid_api_key",
-	}}
-	errSuspended = &apiError{status: http.StatusForbidden, body: openai.Error{
-		Message: "Your organization is suspended. Contact support to resume it.",
-		Type:    openai.TypePermission,
-		Code:    "organization_suspended",
-	}}
-	errStoreDown = &apiError{status: http.StatusServiceUnavailable, body: openai.Error{
-		Message: "The service is temporarily unable to process your request. Retry with exponential backoff.",
-		Type:    openai.TypeServiceUnavailable,
-		Code:    "store_unavailable",
-	}}
-	errSlotLost = &apiError{status: http.StatusServiceUnavailable, body: openai.Error{
-		Message: "The request was stopped because the gateway could not keep its in-flight slot. Retry with exponential backoff.",
-		Type:    openai.TypeServiceUnavailable,
-		Code:    "slot_lost",
-	}}
+	errNoKey = &apiError{status: http.StatusUnauthorized, body: openai.Error{Type: openai.TypeAuthentication, Code: "invalid_api_key",
+		Message: "You didn't provide an API key. Send it in the Authorization header as 'Authorization: Bearer YOUR_KEY'."}}
+	errBadKey = &apiError{status: http.StatusUnauthorized, body: openai.Error{Type: openai.TypeAuthentication, Code: "invalid_api_key",
+		Message: "Incorrect API key provided, or the key was revoked."}}
+	errSuspended = &apiError{status: http.StatusForbidden, body: openai.Error{Type: openai.TypePermission, Code: "organization_suspended",
+		Message: "Your organization is suspended. Contact support to resume it."}}
+	errStoreDown = &apiError{status: http.StatusServiceUnavailable, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "store_unavailable",
+		Message: "The service is temporarily unable to process your request. Retry with exponential backoff."}}
+	errSlotLost = &apiError{status: http.StatusServiceUnavailable, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "slot_lost",
+		Message: "The request was stopped because the gateway could not keep its in-flight slot. Retry with exponential backoff."}}
 	errEmptyMessages = invalid("messages", "empty_array", "Invalid 'messages': the array must contain at least one message.")
+)
+
+// The plain-text 502s of a backend that failed.
+var (
+	errBackendUnreachable = errBadGateway("the model backend was unreachable or did not answer in time.")
+	errBackendFailed      = errBadGateway("the model backend failed.")
+	errBackendStatus      = errBadGateway("the model backend returned an error.")
+)
+
+func errBadGateway(reason string) *apiError {
+	return &apiError{status: http.StatusBadGateway, plain: true, body: openai.Error{Message: reason}}
+}
+
+// typeServer is OpenAI's type of an error of the server's own; the gateway sends it only in
+// the last event of a stream that had already answered 200.
+const typeServer = "server_error"
+
+// The last events of streams the gateway ends with an error; what was generated is billed.
+var (
+	errStreamBroke = &apiError{body: openai.Error{Type: typeServer, Code: "upstream_stream_error",
+		Message: "The model backend failed while streaming the response. The part generated so far is billed."}}
+	errStreamSlotLost = &apiError{body: openai.Error{Type: typeServer, Code: "slot_lost",
+		Message: "The gateway could not keep this request's in-flight slot and stopped it. The part generated so far is billed."}}
+	errStreamDeadline = &apiError{body: openai.Error{Type: typeServer, Code: "deadline_exceeded",
+		Message: "The response reached the gateway's time limit and was cut. The part generated so far is billed."}}
+	// errStreamUnrecorded ends a complete answer whose settlement did not commit in time.
+	errStreamUnrecorded = &apiError{body: openai.Error{Type: typeServer, Code: "store_unavailable",
+		Message: "The answer could not be recorded in time, so it ends without [DONE]. The part delivered is billed once it is recorded."}}
 )
 
 // errNoCredits is the 402 of an admission whose worst case does not fit what is available.
@@ -95,11 +169,8 @@ func errNoCredits(reserve money.Amount) *apiError {
 }
 
 func errRateLimited(limit int) *apiError {
-	return &apiError{status: http.StatusTooManyRequests, body: openai.Error{
-		Message: fmt.Sprintf("Your organization already has %d requests in flight, its limit. Retry with exponential backoff.", limit),
-		Type:    openai.TypeRateLimit,
-		Code:    "rate_limit_exceeded",
-	}}
+	return &apiError{status: http.StatusTooManyRequests, body: openai.Error{Type: openai.TypeRateLimit, Code: "rate_limit_exceeded",
+		Message: fmt.Sprintf("Your organization already has %d requests in flight, its limit. Retry with exponential backoff.", limit)}}
 }
 
 // errModelNotFound quotes at most quoteLen bytes of the id: a client's id may be of any length up
@@ -118,19 +189,13 @@ func errNotFound(msg, code string) *apiError {
 }
 
 func errMethod(r *http.Request, allowed string) *apiError {
-	return &apiError{status: http.StatusMethodNotAllowed, body: openai.Error{
-		Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", clip(r.Method, quoteLen), clip(r.URL.Path, quoteLen), allowed),
-		Type:    openai.TypeInvalidRequest,
-		Code:    "method_not_allowed",
-	}}
+	return &apiError{status: http.StatusMethodNotAllowed, body: openai.Error{Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
+		Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", clip(r.Method, quoteLen), clip(r.URL.Path, quoteLen), allowed)}}
 }
 
 func errUnavailable(model string) *apiError {
-	return &apiError{status: http.StatusServiceUnavailable, body: openai.Error{
-		Message: "No backend of model " + model + " is available right now. Retry with exponential backoff.",
-		Type:    openai.TypeServiceUnavailable,
-		Code:    "backend_unavailable",
-	}}
+	return &apiError{status: http.StatusServiceUnavailable, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "backend_unavailable",
+		Message: "No backend of model " + model + " is available right now. Retry with exponential backoff."}}
 }
 
 // errDeadline is a request whose time limit (on Lambda, the invocation's deadline less the settle
@@ -141,35 +206,13 @@ func errDeadline(tooShort bool) *apiError {
 	if tooShort {
 		msg = "The request's time limit leaves no time to call the model backend and settle the request: the function's timeout is shorter than its settle reserve (KILN_SETTLE_RESERVE)."
 	}
-	return &apiError{status: http.StatusServiceUnavailable, body: openai.Error{
-		Message: msg,
-		Type:    openai.TypeServiceUnavailable,
-		Code:    "deadline_exceeded",
-	}}
+	return &apiError{status: http.StatusServiceUnavailable, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "deadline_exceeded",
+		Message: msg}}
 }
 
 // upstreamInvalid is a model server's own 400: its message, in our shape, with no code.
 func upstreamInvalid(msg string) *apiError {
 	return &apiError{status: http.StatusBadRequest, body: openai.Error{Message: msg, Type: openai.TypeInvalidRequest}}
-}
-
-// writeError writes e. The caller has already set X-Neocloud-Generation-Id where it applies.
-func writeError(w http.ResponseWriter, e *apiError) {
-	if !e.retryAfter.IsZero() {
-		w.Header().Set("Retry-After", e.retryAfter.UTC().Format(http.TimeFormat))
-	}
-	if e.close {
-		w.Header().Set("Connection", "close")
-	}
-	openai.WriteError(w, e.status, e.body)
-}
-
-// badGateway is the plain-text 502 the seed pages document.
-func badGateway(w http.ResponseWriter, reason string) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusBadGateway)
-	fmt.Fprintf(w, "Bad Gateway: %s\n", reason)
 }
 
 // quoteLen is how much of a client's string, in bytes, an error message quotes (contract section
@@ -359,7 +402,7 @@ func backendMessage(raw, backendModel, publicModel string, injected []string) (c
 	if msg == "" || msg[0] == '{' || msg[0] == '[' || msg[0] == '<' {
 		return "The model server rejected the request.", logged
 	}
-	return abbreviateText(msg, maxBackendMessage), logged
+	return clip(msg, maxBackendMessage), logged
 }
 
 // pydanticErrors renders a message that is pydantic's list of errors, as FastAPI's str() of a

@@ -47,7 +47,10 @@ type Options struct {
 	// 10 s. A settlement still failing then is retried, for up to SettleRetryFor (default 5 min).
 	SettleWait     time.Duration
 	SettleRetryFor time.Duration
-	Now            func() time.Time
+	// Clock is the time the gateway goes by: admission, lease renewal and its fence, settlement
+	// retries and their backoff, generation ids, caches and metrics. Nil is the system's clock;
+	// a test passes its own, so that retries and expiry need no sleeps.
+	Clock Clock
 
 	// Metrics receives every settled request and refused admission (metrics.go). Optional.
 	Metrics *Metrics
@@ -79,35 +82,20 @@ func New(opt Options) (*Gateway, error) {
 	if opt.Store == nil || opt.Catalog == nil || opt.Upstream == nil {
 		return nil, errors.New("gateway: Store, Catalog and Upstream are required")
 	}
-	if opt.MaxBody <= 0 {
-		opt.MaxBody = 5 << 20
+	orDefault(&opt.MaxBody, 5<<20)
+	orDefault(&opt.BodyTimeout, 10*time.Second)
+	orDefault(&opt.Keepalive, 15*time.Second)
+	orDefault(&opt.LeaseTTL, store.DefaultLeaseTTL)
+	if opt.CacheTTL > 5*time.Second {
+		opt.CacheTTL = 0
 	}
-	if opt.BodyTimeout <= 0 {
-		opt.BodyTimeout = 10 * time.Second
-	}
-	if opt.Keepalive <= 0 {
-		opt.Keepalive = 15 * time.Second
-	}
-	if opt.LeaseTTL <= 0 {
-		opt.LeaseTTL = store.DefaultLeaseTTL
-	}
-	if opt.CacheTTL <= 0 || opt.CacheTTL > 5*time.Second {
-		opt.CacheTTL = 2 * time.Second
-	}
-	if opt.SettleReserve <= 0 {
-		opt.SettleReserve = 5 * time.Second
-	}
-	if opt.AdmitTimeout <= 0 {
-		opt.AdmitTimeout = 2 * time.Second
-	}
-	if opt.SettleWait <= 0 {
-		opt.SettleWait = 10 * time.Second
-	}
-	if opt.SettleRetryFor <= 0 {
-		opt.SettleRetryFor = 5 * time.Minute
-	}
-	if opt.Now == nil {
-		opt.Now = time.Now
+	orDefault(&opt.CacheTTL, 2*time.Second)
+	orDefault(&opt.SettleReserve, 5*time.Second)
+	orDefault(&opt.AdmitTimeout, 2*time.Second)
+	orDefault(&opt.SettleWait, 10*time.Second)
+	orDefault(&opt.SettleRetryFor, 5*time.Minute)
+	if opt.Clock == nil {
+		opt.Clock = systemClock{}
 	}
 	log := opt.Logger
 	if log == nil {
@@ -124,73 +112,56 @@ func New(opt Options) (*Gateway, error) {
 	return g, nil
 }
 
-// ServeHTTP routes the public API. Only the /v1 paths exist; unknown paths answer 404 in the
-// error shape. ServeHTTP is under every open stream on its goroutine's stack; the routes other
-// than inference are in serveInfo, to keep its frame small (see infer).
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch r.URL.Path {
-	case "/v1/chat/completions":
-		g.infer(w, r, chatEndpoint)
-	case "/v1/completions":
-		g.infer(w, r, completionsEndpoint)
-	default:
-		g.serveInfo(w, r)
+// orDefault sets *v to def unless it is positive.
+func orDefault[T int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
 	}
 }
 
-// serveInfo routes the paths that are not inference.
-func (g *Gateway) serveInfo(w http.ResponseWriter, r *http.Request) {
-	path := r.URL.Path
-	switch {
+// ServeHTTP routes the public API. Only the /v1 paths exist; unknown paths answer 404 in the
+// error shape.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var err error
+	switch path := r.URL.Path; {
+	case path == "/v1/chat/completions":
+		err = g.infer(w, r, chatEndpoint)
+	case path == "/v1/completions":
+		err = g.infer(w, r, completionsEndpoint)
 	case path == "/healthz":
 		g.healthz(w, r)
 	case path == "/v1/models":
-		g.get(w, r, g.listModels)
+		err = g.get(w, r, g.listModels)
 	case strings.HasPrefix(path, "/v1/models/"):
-		g.get(w, r, g.getModel)
+		err = g.get(w, r, g.getModel)
 	case path == "/v1/credits":
-		g.get(w, r, g.credits)
+		err = g.get(w, r, g.credits)
 	case path == "/v1/generation":
-		g.get(w, r, g.generation)
+		err = g.get(w, r, g.generation)
 	default:
-		g.notFound(w, r)
+		err = errNotFound("Unknown request URL: "+clip(r.Method, quoteLen)+" "+clip(r.URL.Path, quoteLen)+". The API's base URL ends in /v1.", "unknown_url")
 	}
-}
-
-// notFound answers a path the API does not have.
-func (g *Gateway) notFound(w http.ResponseWriter, r *http.Request) {
-	writeError(w, errNotFound("Unknown request URL: "+clip(r.Method, quoteLen)+" "+clip(r.URL.Path, quoteLen)+". The API's base URL ends in /v1.", "unknown_url"))
-}
-
-// notPost answers a request to an inference endpoint that is not a POST.
-func notPost(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Allow", http.MethodPost)
-	writeError(w, errMethod(r, http.MethodPost))
+	if err != nil {
+		writeError(w, err)
+	}
 }
 
 // get runs steps 1, 3 and 4 of the contract for the read-only endpoints, then h.
-func (g *Gateway) get(w http.ResponseWriter, r *http.Request, h func(http.ResponseWriter, *http.Request, store.Principal)) {
+func (g *Gateway) get(w http.ResponseWriter, r *http.Request, h func(http.ResponseWriter, *http.Request, store.Principal) error) error {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, errMethod(r, http.MethodGet))
-		return
+		return errMethod(r, http.MethodGet)
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), g.opt.AdmitTimeout)
 	defer cancel()
-	if e := g.checkMaintenance(ctx); e != nil {
-		writeError(w, e)
-		return
+	if err := g.checkMaintenance(ctx); err != nil {
+		return err
 	}
-	p, e := g.authenticate(ctx, r)
-	if e != nil {
-		writeError(w, e)
-		return
+	p, err := g.authenticate(ctx, r)
+	if err != nil {
+		return err
 	}
-	if p.OrgStatus == store.OrgSuspended {
-		writeError(w, errSuspended)
-		return
-	}
-	h(w, r, p)
+	return h(w, r, p)
 }
 
 func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
@@ -201,16 +172,44 @@ func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
 
 // checkMaintenance answers the maintenance window's 503 while it is on. Its lookup has the
 // admission deadline: a stalled store must not hold every request behind it.
-func (g *Gateway) checkMaintenance(ctx context.Context) *apiError {
+func (g *Gateway) checkMaintenance(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opt.AdmitTimeout)
 	defer cancel()
-	m, err := g.maint.get(ctx, g.opt.Now())
+	now := g.opt.Clock.Now()
+	m, err := g.maint.get(ctx, now)
 	if err != nil {
 		g.log.LogAttrs(ctx, slog.LevelError, "maintenance lookup failed", slog.String("error", err.Error()))
 		return nil // an unreadable window must not take the service down with it
 	}
-	if m.Active(g.opt.Now()) {
+	if m.Active(now) {
 		return errMaintenance(m.Until)
 	}
 	return nil
+}
+
+// Clock tells the time and runs functions later; the gateway's timers are made by it.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f in its own goroutine once d has passed, as time.AfterFunc does.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a function's pending call of Clock.AfterFunc; *time.Timer is one.
+type Timer interface {
+	Stop() bool
+	Reset(d time.Duration) bool
+}
+
+// systemClock is the system's clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// sleep waits for d on the gateway's clock.
+func (g *Gateway) sleep(d time.Duration) {
+	done := make(chan struct{})
+	g.opt.Clock.AfterFunc(d, func() { close(done) })
+	<-done
 }

@@ -7,125 +7,95 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"sync"
 	"time"
-	"unicode/utf8"
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/neocloud/kiln/pkg/openai"
-	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/upstream"
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
-// newGenerationID returns "gen-" and a ULID: unique, sortable by time, made before the backend
-// is called so that every response can carry it.
-func newGenerationID() string { return "gen-" + ulid.Make().String() }
+// newGenerationID returns "gen-" and a ULID of now: unique, sortable by time, made before the
+// backend is called so that every response can carry it.
+func newGenerationID(now time.Time) string {
+	return "gen-" + ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
+}
 
-// infer serves the two inference endpoints, in the contract's order of checks.
-//
-// An open stream waits for its backend at the bottom of ServeHTTP → infer → forward → relay →
-// pump → the decoder → the transport, on the goroutine that serves the client's connection, and
-// that goroutine's stack is the largest thing an idle stream holds. The functions of ours in the
-// chain keep small frames: the stack then never needs more than 8 KiB, and should something grow
-// it (a deep store call), the collector shrinks it back while the stream waits, as it halves a
-// stack less than a quarter used. Work that needs room (admission, checks, error answers, the end
-// of a stream) is in functions that return before the wait.
-func (g *Gateway) infer(w http.ResponseWriter, r *http.Request, ep *endpoint) {
+// infer serves the two inference endpoints, in the contract's order of checks. It returns the
+// error of a request refused before admission; an admitted request's exchange answers it.
+func (g *Gateway) infer(w http.ResponseWriter, r *http.Request, ep *endpoint) error {
 	if r.Method != http.MethodPost {
-		notPost(w, r)
-		return
+		w.Header().Set("Allow", http.MethodPost)
+		return errMethod(r, http.MethodPost)
 	}
-	x, checked := g.admit(w, r, ep)
+	x, err := g.admit(w, r, ep)
 	if x == nil {
-		return
+		return err
 	}
 	// From here on the request owns a slot: whatever happens, it is settled — the slot and its
 	// reservation released, what was generated debited, the event recorded — before the client
 	// sees the end of its answer, or, when the answer ends without the gateway writing it (a
 	// client that left), by end.
 	defer x.end()
-	if checked {
-		x.forward(x.fenced)
+	if err == nil {
+		err = x.forward(x.fenced)
+	}
+	if err != nil {
+		x.fail(err)
 	}
 	x.abortIfGone()
+	return nil
 }
 
-// exchange is one admitted inference request on its way through the gateway.
+// exchange is one admitted inference request on its way through the gateway. Its state is kept
+// by concern: the slot it holds until settlement (lease.go), what the backend consumed (meter),
+// what its settlement came to (outcome, settle.go), and its usage event, whose status each step
+// sets as it decides how the request ends.
 type exchange struct {
 	g      *Gateway
 	w      http.ResponseWriter
 	reqCtx context.Context // the client's request: cancelled when it leaves
 	fenced context.Context // reqCtx, also cancelled with causeSlotLost when the lease lapses
 	ep     *endpoint
-	req    *request
+	req    *request // nil when the request failed its checks
 
-	mu      sync.Mutex // guards lease, renewer, fence and settled: renewals run on a timer
-	lease   store.Lease
-	renewer *time.Timer
-	fence   *time.Timer
-	settled bool
-	lost    context.CancelCauseFunc // cancels fenced
-
-	concluded bool             // conclude ran
-	st        store.Settlement // what conclude settled, or end retries
-	committed bool             // the settlement committed
-	withheld  bool             // the answer was not given for want of its settlement (withhold)
-	result    store.SettleResult
-
-	event usage.Event
-	meter meter
+	slot    slot
+	meter   meter
+	outcome outcome
+	event   usage.Event
 }
 
-// fail answers with a gateway error before anything was streamed; the request is settled first.
-func (x *exchange) fail(e *apiError) {
-	x.event.HTTPStatus = e.status
+// fail answers with err before anything was streamed; the request is settled first.
+func (x *exchange) fail(err error) {
+	x.event.HTTPStatus = answer(err).status
 	x.conclude()
-	writeError(x.w, e)
+	writeError(x.w, err)
 }
 
-// badGateway answers with the plain-text 502 of a backend failure; the request is settled first.
-func (x *exchange) badGateway(reason string) {
-	x.event.HTTPStatus = http.StatusBadGateway
-	x.conclude()
-	badGateway(x.w, reason)
-}
-
-// forward sends the request to a backend (step 8) and relays the answer.
-func (x *exchange) forward(ctx context.Context) {
+// forward sends the request to a backend (step 8) and relays the answer. It returns the error
+// to answer with when the backend gave no answer to relay; nil when the client has its answer,
+// or has left.
+func (x *exchange) forward(ctx context.Context) error {
 	x.event.Status = usage.StatusUpstreamError
 	ctx, cancel := x.backendContext(ctx)
 	defer cancel()
-	resp := x.call(ctx)
-	if resp == nil {
-		return
+	resp, err := x.g.opt.Upstream.Do(ctx, upstream.Call{Model: x.req.model, Path: x.ep.path, Body: x.req.forward, OrgID: x.event.OrgID})
+	if x.req.stream {
+		x.meter.n, x.meter.prompts = x.req.choices()
+	}
+	if err != nil {
+		return x.unanswered(ctx, err)
 	}
 	defer resp.Body.Close()
-	if !x.answered(ctx, resp) {
-		return
+	if err := x.answered(ctx, resp); err != nil {
+		return err
 	}
 	if x.req.stream {
 		x.relay(ctx, resp)
 	} else {
 		x.respond(ctx, resp)
 	}
-}
-
-// call sends the request to a backend and returns its response, or nil when there is none (the
-// client then has its answer).
-func (x *exchange) call(ctx context.Context) *upstream.Response {
-	resp, err := x.g.opt.Upstream.Do(ctx, upstream.Call{Model: x.req.model, Path: x.ep.path, Body: x.req.forward, OrgID: x.event.OrgID})
-	if x.req.stream {
-		x.meter.n, x.meter.prompts = x.req.choices()
-	}
-	// The parsed request was for building the forwarded body; a stream need not hold it.
-	x.req.fields, x.req.options = nil, nil
-	if err != nil {
-		x.unanswered(ctx, err)
-		return nil
-	}
-	return resp
+	return nil
 }
 
 // backendContext is the context of the backend call. On Lambda the request has a deadline; the
@@ -137,39 +107,43 @@ func (x *exchange) backendContext(ctx context.Context) (context.Context, context
 	return ctx, func() {}
 }
 
-// unanswered handles a backend call that got no response headers.
-func (x *exchange) unanswered(ctx context.Context, err error) {
+// unanswered is the error of a backend call that got no response headers; nil for a client
+// that left.
+func (x *exchange) unanswered(ctx context.Context, err error) error {
 	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
 	var ue *upstream.Error
 	if errors.As(err, &ue) {
 		x.event.Backend = ue.Backend // the backend called, also when the client left meanwhile
 	}
-	switch {
-	case x.requestCtxDone():
+	if x.requestCtxDone() {
 		x.event.Status = usage.StatusClientDisconnected
-		x.event.HTTPStatus = 499 // nobody is left to read a status; 499 is nginx's word for it
-		x.meter.billable = true  // the backend may have started: bill the prompt, estimated
-	case slotLost(ctx):
-		x.event.Status = usage.StatusSlotLost
-		x.fail(errSlotLost) // nothing was delivered: nothing is billed
-	case errors.Is(err, upstream.ErrUnavailable):
-		x.fail(errUnavailable(x.req.model.ID))
-	case x.deadlinePassed(ctx):
-	default:
-		x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend request failed", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
-		x.badGateway("the model backend was unreachable or did not answer in time.")
+		x.event.HTTPStatus = statusClientGone // nobody is left to read a status
+		x.meter.billable = true               // the backend may have started: bill the prompt, estimated
+		return nil
 	}
+	if slotLost(ctx) {
+		x.event.Status = usage.StatusSlotLost
+		return errSlotLost // nothing was delivered: nothing is billed
+	}
+	if errors.Is(err, upstream.ErrUnavailable) {
+		return errUnavailable(x.req.model.ID)
+	}
+	if derr := x.deadlineError(ctx); derr != nil {
+		return derr
+	}
+	x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend request failed", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
+	return errBackendUnreachable
 }
 
-// answered records which backend answered and reports whether its status lets the answer
-// through; when not, the client has its error.
-func (x *exchange) answered(ctx context.Context, resp *upstream.Response) bool {
+// answered records which backend answered, and returns the error to answer with when its status
+// does not let the answer through.
+func (x *exchange) answered(ctx context.Context, resp *upstream.Response) error {
 	x.event.Backend = resp.Backend.Name
 	x.meter.exactPerChunk = resp.Backend.ContinuousUsage
 	x.meter.cachedTokens = resp.Backend.CachedTokens
 	switch s := resp.StatusCode; {
 	case s >= 200 && s < 300:
-		return true
+		return nil
 	case rejects(s):
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 		be, ok := parseBackendError(raw)
@@ -181,18 +155,16 @@ func (x *exchange) answered(ctx context.Context, resp *upstream.Response) bool {
 			resp.StreamStatus(http.StatusInternalServerError)
 			_, logged := x.backendMessage(resp, be.message)
 			x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend engine failed", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.Int("backend_status", s), slog.String("backend_message", logged))
-			x.badGateway("the model backend failed.")
-			return false
+			return errBackendFailed
 		}
 		x.refused(ctx, resp, be)
-		x.fail(x.refusal(resp, be))
+		return x.refusal(resp, be)
 	case s == http.StatusTooManyRequests:
-		x.fail(errUnavailable(x.req.model.ID))
+		return errUnavailable(x.req.model.ID)
 	default:
 		x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend answered with an error", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.Int("backend_status", s))
-		x.badGateway("the model backend returned an error.")
+		return errBackendStatus
 	}
-	return false
 }
 
 // maxErrorBody bounds what is read of a backend's error body. vLLM repeats the request in some
@@ -216,7 +188,7 @@ func (x *exchange) refused(ctx context.Context, resp *upstream.Response, be back
 func (x *exchange) refusal(resp *upstream.Response, be backendError) *apiError {
 	msg, _ := x.backendMessage(resp, be.message)
 	e := upstreamInvalid(msg)
-	e.body.Param = abbreviateText(be.param, 64)
+	e.body.Param = clip(be.param, 64)
 	return e
 }
 
@@ -241,32 +213,12 @@ func (x *exchange) requestCtxDone() bool {
 	return errors.Is(x.reqCtx.Err(), context.Canceled)
 }
 
-// abbreviateText cuts s to at most max bytes, at a character boundary, marking the cut.
-func abbreviateText(s string, max int) string {
-	if len(s) <= max {
-		return s
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
-}
-
 // choices reads how many choices a request asks for, for metering a stream by choice: n (1 when
 // absent or not a count), and the number of prompts of a completions prompt array of strings or
 // of token-id lists (1 otherwise; one list of token ids is one prompt).
 func (req *request) choices() (n, prompts int64) {
-	n, prompts = 1, 1
-	if f, ok := openai.Lookup(req.body, req.fields, "n"); ok {
-		if v := smallInt(f.Value(req.body)); v > 0 {
-			n = int64(v)
-		}
+	if n, ok := positiveInt(req, "n"); ok {
+		return n, promptCount(req)
 	}
-	if f, ok := openai.Lookup(req.body, req.fields, "prompt"); ok {
-		if count, first := openai.Elements(f.Value(req.body)); first == '"' || first == '[' {
-			prompts = int64(count)
-		}
-	}
-	return n, prompts
+	return 1, promptCount(req)
 }

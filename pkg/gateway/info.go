@@ -68,32 +68,30 @@ func writeJSON(w http.ResponseWriter, body []byte) {
 	_, _ = w.Write(body)
 }
 
-func (g *Gateway) listModels(w http.ResponseWriter, _ *http.Request, _ store.Principal) {
+func (g *Gateway) listModels(w http.ResponseWriter, _ *http.Request, _ store.Principal) error {
 	writeJSON(w, g.modelsList)
+	return nil
 }
 
-func (g *Gateway) getModel(w http.ResponseWriter, r *http.Request, _ store.Principal) {
+func (g *Gateway) getModel(w http.ResponseWriter, r *http.Request, _ store.Principal) error {
 	id := strings.TrimPrefix(r.URL.Path, "/v1/models/")
 	b, ok := g.modelByID[id]
 	if !ok {
-		writeError(w, errModelNotFound(id))
-		return
+		return errModelNotFound(id)
 	}
 	writeJSON(w, b)
+	return nil
 }
 
-func (g *Gateway) credits(w http.ResponseWriter, r *http.Request, p store.Principal) {
+func (g *Gateway) credits(w http.ResponseWriter, r *http.Request, p store.Principal) error {
 	org, err := g.opt.Store.Org(r.Context(), p.OrgID)
-	if err != nil {
-		g.log.LogAttrs(r.Context(), slog.LevelError, "credits lookup failed", slog.String("org_id", p.OrgID), slog.String("error", err.Error()))
-		writeError(w, errStoreDown)
-		return
+	var inFlight []store.Lease
+	if err == nil {
+		inFlight, err = g.opt.Store.InFlight(r.Context(), p.OrgID, g.opt.Clock.Now())
 	}
-	inFlight, err := g.opt.Store.InFlight(r.Context(), p.OrgID, g.opt.Now())
 	if err != nil {
 		g.log.LogAttrs(r.Context(), slog.LevelError, "credits lookup failed", slog.String("org_id", p.OrgID), slog.String("error", err.Error()))
-		writeError(w, errStoreDown)
-		return
+		return errStoreDown
 	}
 	b, _ := json.Marshal(struct {
 		Object      string `json:"object"`
@@ -106,6 +104,7 @@ func (g *Gateway) credits(w http.ResponseWriter, r *http.Request, p store.Princi
 		InFlight    int    `json:"in_flight"`
 	}{"credits", org.ID, org.Balance.String(), org.Reserved.String(), org.Available().String(), "USD", org.MaxInFlight, len(inFlight)})
 	writeJSON(w, append(b, '\n'))
+	return nil
 }
 
 // generationIDPattern matches the ids newGenerationID makes, and those of the usage-event schema.
@@ -113,17 +112,16 @@ var generationIDPattern = regexp.MustCompile(`^gen-[0-9A-Za-z]{1,64}$`)
 
 // generation answers with the usage event of one of the caller's organization's requests.
 // Another organization's id is indistinguishable from an unknown one: 404.
-func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Principal) {
+func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Principal) error {
 	id := r.URL.Query().Get("id")
 	if id == "" {
-		writeError(w, invalid("id", "missing_required_parameter", "Missing required query parameter: 'id'."))
-		return
+		return invalid("id", "missing_required_parameter", "Missing required query parameter: 'id'.")
 	}
+	notFound := errNotFound("No generation with id '"+clip(id, quoteLen)+"' was found for your organization.", "generation_not_found")
 	if !generationIDPattern.MatchString(id) {
 		// Not an id the gateway makes: unknown without asking the store (DynamoDB refuses keys
 		// over 1 KiB, and a client's string must not become a store error).
-		writeError(w, errNotFound("No generation with id '"+clip(id, quoteLen)+"' was found for your organization.", "generation_not_found"))
-		return
+		return notFound
 	}
 	// A request this process still serves answers at once, from what admission knew: its answer
 	// has not ended, so the store has no record of it yet. Another organization's is not looked
@@ -131,28 +129,24 @@ func (g *Gateway) generation(w http.ResponseWriter, r *http.Request, p store.Pri
 	if ev, ok := g.running(p.OrgID, id); ok {
 		ev.Status = usage.StatusInProgress
 		writeGeneration(w, ev)
-		return
+		return nil
 	}
 	ev, err := g.opt.Store.Generation(r.Context(), p.OrgID, id)
-	if errors.Is(err, store.ErrNotFound) {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
 		// Not recorded yet, and not served here: another gateway may be serving it, and the
 		// organization's own lease map says so. (Only the caller's own organization is asked,
 		// so how long a 404 takes tells nothing about another's requests.)
-		if ev, ok := g.runningElsewhere(r.Context(), p.OrgID, id); ok {
-			writeGeneration(w, ev)
-			return
+		var ok bool
+		if ev, ok = g.runningElsewhere(r.Context(), p.OrgID, id); !ok {
+			return notFound
 		}
-	}
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		writeError(w, errNotFound("No generation with id '"+clip(id, quoteLen)+"' was found for your organization.", "generation_not_found"))
-		return
 	case err != nil:
 		g.log.LogAttrs(r.Context(), slog.LevelError, "generation lookup failed", slog.String("org_id", p.OrgID), slog.String("error", err.Error()))
-		writeError(w, errStoreDown)
-		return
+		return errStoreDown
 	}
 	writeGeneration(w, ev)
+	return nil
 }
 
 // writeGeneration answers with an event: its own JSON (finish_reason null when none), with the
@@ -166,7 +160,7 @@ func writeGeneration(w http.ResponseWriter, ev usage.Event) {
 // request another gateway process is serving. What is known of it is its ids, that it runs, and
 // when it started, to the millisecond its ULID carries.
 func (g *Gateway) runningElsewhere(ctx context.Context, orgID, generationID string) (usage.Event, bool) {
-	leases, err := g.opt.Store.InFlight(ctx, orgID, g.opt.Now())
+	leases, err := g.opt.Store.InFlight(ctx, orgID, g.opt.Clock.Now())
 	if err != nil {
 		return usage.Event{}, false
 	}

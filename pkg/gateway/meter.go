@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/openai"
@@ -28,12 +29,13 @@ type meter struct {
 
 	choiceRaw [][]byte // per choice index, the latest running usage of that choice
 
-	exactPerChunk bool  // the backend reports usage on every chunk (continuous usage)
-	cachedTokens  bool  // the backend reports cached tokens, but only in the whole-request usage
-	n             int64 // choices per prompt the request asked for (n); 1 when absent
-	prompts       int64 // prompts in the request: the length of a completions prompt array, else 1
-	chunks        int64 // chunks carrying generated content that reached the client
-	billable      bool  // the backend worked on the request, so a partial answer costs something
+	exactPerChunk bool      // the backend reports usage on every chunk (continuous usage)
+	cachedTokens  bool      // the backend reports cached tokens, but only in the whole-request usage
+	n             int64     // choices per prompt the request asked for (n); 1 when absent
+	prompts       int64     // prompts in the request: the length of a completions prompt array, else 1
+	chunks        int64     // chunks carrying generated content that reached the client
+	firstContent  time.Time // when the first of them did
+	billable      bool      // the backend worked on the request, so a partial answer costs something
 	finish        string
 
 	// promptEstimate guesses the prompt's tokens when the backend never said; set lazily.
@@ -43,6 +45,14 @@ type meter struct {
 // maxMeteredChoices bounds the choices whose running usage a meter keeps; a request asking for
 // more is billed from an estimate should its stream be cut.
 const maxMeteredChoices = 1024
+
+// delivered counts a chunk of generated content that reached the client, at clock's time.
+func (m *meter) delivered(clock Clock) {
+	if m.chunks == 0 {
+		m.firstContent = clock.Now()
+	}
+	m.chunks++
+}
 
 // observe keeps a whole-request usage object a chunk carried. It is copied, not parsed: only the
 // last one counts.
@@ -140,7 +150,8 @@ func (m *meter) produced() bool {
 	return err == nil && m.haveUsage && u.CompletionTokens > 0
 }
 
-// apply writes tokens, cost and finish reason into the event.
+// apply writes tokens, cost, finish reason and, for a stream, the time to its first content into
+// the event.
 //
 // Billed exactly: a whole-request report that covers the answer; or, for a stream cut short on a
 // backend with continuous usage, the running usage of every choice, provided the backend does not
@@ -151,6 +162,9 @@ func (m *meter) produced() bool {
 // every prompt token at the input price.
 func (m *meter) apply(ev *usage.Event, prices money.Prices) error {
 	ev.FinishReason = clip(m.finish, usage.MaxFinishReasonLen/2) // the backend's: "stop", "length"…
+	if !m.firstContent.IsZero() {
+		ev.TTFTMillis = max(1, m.firstContent.Sub(ev.StartedAt).Milliseconds())
+	}
 	// A malformed report is dropped, and the answer is billed as if none had come: estimated.
 	_, usageErr := m.current()
 	if usageErr != nil {

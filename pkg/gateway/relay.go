@@ -87,7 +87,7 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 
 	x.event.Status = usage.StatusCompleted
 	x.event.HTTPStatus = http.StatusOK
-	x.event.TTFTMillis = x.g.opt.Now().Sub(x.event.StartedAt).Milliseconds()
+	x.event.TTFTMillis = x.g.opt.Clock.Now().Sub(x.event.StartedAt).Milliseconds()
 	if !x.conclude() {
 		x.withhold()
 		return
@@ -120,13 +120,16 @@ func putAnswerBuffers(bufs ...*bytes.Buffer) {
 	}
 }
 
+// badBackendBody answers with the plain-text 502 of a backend answer that cannot be relayed (for
+// reason, logged with err), or with the deadline's error when the request's deadline cut it.
 func (x *exchange) badBackendBody(ctx context.Context, reason string, err error) {
-	if x.deadlinePassed(ctx) {
+	if derr := x.deadlineError(ctx); derr != nil {
+		x.fail(derr)
 		return
 	}
 	x.g.log.LogAttrs(ctx, slog.LevelWarn, "bad backend answer", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
 	x.event.Status = usage.StatusUpstreamError
-	x.badGateway(reason)
+	x.fail(errBadGateway(reason))
 }
 
 // renameModel returns the edit that puts the public model id back where the backend named its own.
@@ -222,9 +225,6 @@ func (s *stream) close() {
 // removed, the usage chunk given its cost (or dropped when the client did not ask for it), the
 // public model id restored. A stream that breaks after the first byte ends with an error event
 // and no [DONE]; what was generated is billed.
-//
-// While the stream is open, relay and pump are on the stack under the wait for the backend; see
-// infer for why their frames are kept small.
 func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
 	s := x.openStream(ctx, resp)
 	if s == nil {
@@ -234,7 +234,7 @@ func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
 	r := newRelayState(x, resp)
 	r.pump(s)
 	r.idle()
-	r.closeStream(ctx, resp, s)
+	x.closeStream(ctx, resp, s, r)
 }
 
 // openStream checks that the backend streams, sends the client the status and headers, and
@@ -248,7 +248,6 @@ func (x *exchange) openStream(ctx context.Context, resp *upstream.Response) *str
 		return nil
 	}
 	x.meter.billable = true // the stream starts: what is generated from here on is billed
-	resp.Header = nil       // not needed again, and the stream keeps resp while it lasts
 	h := x.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -309,21 +308,16 @@ func (r *relayState) relayEvent(s *stream, data []byte) (wrote, more bool) {
 		return false, false
 	}
 	if r.content {
-		x := r.x
-		x.meter.chunks++
-		if x.event.TTFTMillis == 0 {
-			x.event.TTFTMillis = max(1, x.g.opt.Now().Sub(x.event.StartedAt).Milliseconds())
-		}
+		r.x.meter.delivered(r.x.g.opt.Clock)
 	}
 	return true, true
 }
 
-// closeStream ends the client's stream as pump left it: [DONE] after a complete answer, the
-// backend's refusal after one it refused inside its stream, an error event after a broken one,
-// nothing for a client that left. The stream's last event comes after the request's settlement
-// (see finish).
-func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s *stream) {
-	x, readErr := r.x, r.err
+// closeStream ends the client's stream as the relay r left it: [DONE] after a complete answer,
+// the backend's refusal after one it refused inside its stream, an error event after a broken
+// one, nothing for a client that left. The stream's last event comes after the request's
+// settlement (see finish).
+func (x *exchange) closeStream(ctx context.Context, resp *upstream.Response, s *stream, r *relayState) {
 	switch {
 	case s.failed || x.requestCtxDone():
 		x.event.Status = usage.StatusClientDisconnected
@@ -347,16 +341,16 @@ func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s
 		x.meter.billable = x.meter.produced()
 		x.refused(ctx, resp, be)
 		x.event.HTTPStatus = http.StatusBadRequest
-		x.finish(s, openai.AppendData(nil, x.refusal(resp, be).body.AppendJSON(nil)))
+		x.finish(s, errorEventData(x.refusal(resp, be)))
 	default:
-		code, msg := "upstream_stream_error", "The model backend failed while streaming the response. The part generated so far is billed."
+		err := errStreamBroke
 		x.event.Status = usage.StatusUpstreamError
 		switch {
 		case slotLost(ctx):
-			code, msg = "slot_lost", "The gateway could not keep this request's in-flight slot and stopped it. The part generated so far is billed."
+			err = errStreamSlotLost
 			x.event.Status = usage.StatusSlotLost
 		case ctx.Err() != nil:
-			code, msg = "deadline_exceeded", "The response reached the gateway's time limit and was cut. The part generated so far is billed."
+			err = errStreamDeadline
 			x.event.Status = usage.StatusDeadlineExceeded
 		default:
 			attrs := []slog.Attr{slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend)}
@@ -368,12 +362,12 @@ func (r *relayState) closeStream(ctx context.Context, resp *upstream.Response, s
 			} else {
 				resp.Failed()
 			}
-			if readErr != nil && readErr != io.EOF && readErr != errBackendEvent {
-				attrs = append(attrs, slog.String("error", readErr.Error()))
+			if r.err != nil && r.err != io.EOF && r.err != errBackendEvent {
+				attrs = append(attrs, slog.String("error", r.err.Error()))
 			}
 			x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend stream broke", attrs...)
 		}
-		x.finish(s, openai.AppendData(nil, openai.Error{Message: msg, Type: "server_error", Code: code}.AppendJSON(nil)))
+		x.finish(s, errorEventData(err))
 	}
 }
 
@@ -393,10 +387,7 @@ func (x *exchange) finish(s *stream, final ...[]byte) {
 	}
 	s.flush()
 	if !x.conclude() && bytes.Equal(last, doneEvent) {
-		last = openai.AppendData(nil, openai.Error{
-			Message: "The answer could not be recorded in time, so it ends without [DONE]. The part delivered is billed once it is recorded.",
-			Type:    "server_error", Code: "store_unavailable",
-		}.AppendJSON(nil))
+		last = errorEventData(errStreamUnrecorded)
 	}
 	s.write(last)
 	s.flush()

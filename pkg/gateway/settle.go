@@ -10,13 +10,14 @@ import (
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
-// causeSlotLost is the cause of a request's cancellation when its lease could not be renewed in
-// time: it stops being served before the lease expires, so that the organization never has more
-// than its limit of requests served at once, however long the store stalls.
-var causeSlotLost = errors.New("in-flight lease could not be renewed")
-
-// slotLost reports whether ctx ended because the request's lease could not be renewed.
-func slotLost(ctx context.Context) bool { return errors.Is(context.Cause(ctx), causeSlotLost) }
+// outcome is what settling an exchange came to: conclude writes it once, end reads it.
+type outcome struct {
+	concluded bool             // conclude ran
+	st        store.Settlement // what conclude settled, or end retries
+	committed bool             // the settlement committed
+	withheld  bool             // the answer was not given for want of its settlement (withhold)
+	result    store.SettleResult
+}
 
 // conclude settles the exchange before the client can see the end of its answer: in the
 // settlement's one store write the slot and its reservation are released, the cost debited once
@@ -27,19 +28,20 @@ func slotLost(ctx context.Context) bool { return errors.Is(context.Cause(ctx), c
 // reports whether the settlement committed; when not, end retries it. conclude runs once; later
 // calls report the first outcome.
 func (x *exchange) conclude() bool {
-	if x.concluded {
-		return x.committed
+	o := &x.outcome
+	if o.concluded {
+		return o.committed
 	}
-	x.concluded = true
+	o.concluded = true
 	g := x.g
-	x.st = x.settlement()
-	res, err := g.settleRetrying(x.reqCtx, x.st, time.Now().Add(g.opt.SettleWait))
+	o.st = x.settlement()
+	res, err := g.settleRetrying(x.reqCtx, o.st, g.opt.Clock.Now().Add(g.opt.SettleWait))
 	if err != nil {
 		g.log.LogAttrs(x.reqCtx, slog.LevelWarn, "settlement not committed before the answer's end; retrying",
 			slog.String("generation_id", x.event.GenerationID), slog.String("org_id", x.event.OrgID), slog.String("error", err.Error()))
 		return false
 	}
-	x.committed, x.result = true, res
+	o.committed, o.result = true, res
 	return true
 }
 
@@ -47,30 +49,26 @@ func (x *exchange) conclude() bool {
 // answer is never complete without its debit. The client gets 503 instead and the request is
 // billed nothing; its settlement is retried as such.
 func (x *exchange) withhold() {
-	x.withheld = true
-	x.st.Event.Status = usage.StatusRejected
-	x.st.Event.HTTPStatus = errStoreDown.status
-	x.st.Event.PromptTokens, x.st.Event.CachedTokens, x.st.Event.CompletionTokens = 0, 0, 0
-	x.st.Event.Cost, x.st.Event.Estimated = 0, false
+	x.outcome.withheld = true
+	ev := &x.outcome.st.Event
+	ev.Status = usage.StatusRejected
+	ev.HTTPStatus = errStoreDown.status
+	ev.PromptTokens, ev.CachedTokens, ev.CompletionTokens = 0, 0, 0
+	ev.Cost, ev.Estimated = 0, false
 	writeError(x.w, errStoreDown)
 }
 
 // settlement stops the lease's renewal and fence and meters the request into its event.
 func (x *exchange) settlement() store.Settlement {
 	g := x.g
-	x.mu.Lock()
-	x.settled = true
-	x.renewer.Stop()
-	x.fence.Stop()
-	lease := x.lease
-	x.mu.Unlock()
-	now := g.opt.Now()
-	x.event.DurationMillis = max(now.Sub(x.event.StartedAt).Milliseconds(), x.event.TTFTMillis)
+	lease := x.slot.stop()
+	now := g.opt.Clock.Now()
 	if x.req != nil {
 		if err := x.meter.apply(&x.event, x.req.model.Pricing); err != nil {
 			g.log.LogAttrs(x.reqCtx, slog.LevelError, "cost not computable", slog.String("generation_id", x.event.GenerationID), slog.String("error", err.Error()))
 		}
 	}
+	x.event.DurationMillis = max(now.Sub(x.event.StartedAt).Milliseconds(), x.event.TTFTMillis)
 	if x.event.Cost > lease.Reserved {
 		// The reservation is the request's proven worst case; a backend that reports more is
 		// billed up to it, the usage marked estimated (and the store would cap it too).
@@ -88,16 +86,14 @@ func (x *exchange) settlement() store.Settlement {
 // metrics are written.
 func (x *exchange) end() {
 	g := x.g
-	if !x.concluded {
-		x.conclude()
-	}
-	if x.committed {
-		g.finish(x.st.Event, x.result, nil)
+	x.conclude()
+	if x.outcome.committed {
+		g.finish(x.outcome.st.Event, x.outcome.result, nil)
 		return
 	}
-	st, withheld := x.st, x.withheld
+	st, withheld := x.outcome.st, x.outcome.withheld
 	retry := func() {
-		res, err := g.settleRetrying(x.reqCtx, st, time.Now().Add(g.opt.SettleRetryFor))
+		res, err := g.settleRetrying(x.reqCtx, st, g.opt.Clock.Now().Add(g.opt.SettleRetryFor))
 		if err == nil && res.AlreadyApplied && withheld {
 			// The try that conclude gave up on did commit (its answer was lost, not the write):
 			// the record bills an answer the client never got. Nothing can undo that here
@@ -124,22 +120,12 @@ func (x *exchange) end() {
 func (g *Gateway) finish(e usage.Event, res store.SettleResult, err error) {
 	ctx := context.Background()
 	attrs := []slog.Attr{
-		slog.String("generation_id", e.GenerationID),
-		slog.String("org_id", e.OrgID),
-		slog.String("key_id", e.KeyID),
-		slog.String("model", e.Model),
-		slog.String("endpoint", e.Endpoint),
-		slog.Bool("stream", e.Stream),
-		slog.String("status", string(e.Status)),
-		slog.Int("http_status", e.HTTPStatus),
-		slog.Int64("prompt_tokens", e.PromptTokens),
-		slog.Int64("cached_tokens", e.CachedTokens),
-		slog.Int64("completion_tokens", e.CompletionTokens),
-		slog.String("cost", e.Cost.String()),
-		slog.Bool("estimated", e.Estimated),
-		slog.Int64("ttft_ms", e.TTFTMillis),
-		slog.Int64("duration_ms", e.DurationMillis),
-		slog.String("backend", e.Backend),
+		slog.String("generation_id", e.GenerationID), slog.String("org_id", e.OrgID), slog.String("key_id", e.KeyID),
+		slog.String("model", e.Model), slog.String("endpoint", e.Endpoint), slog.Bool("stream", e.Stream),
+		slog.String("status", string(e.Status)), slog.Int("http_status", e.HTTPStatus),
+		slog.Int64("prompt_tokens", e.PromptTokens), slog.Int64("cached_tokens", e.CachedTokens), slog.Int64("completion_tokens", e.CompletionTokens),
+		slog.String("cost", e.Cost.String()), slog.Bool("estimated", e.Estimated),
+		slog.Int64("ttft_ms", e.TTFTMillis), slog.Int64("duration_ms", e.DurationMillis), slog.String("backend", e.Backend),
 	}
 	defer g.settled(e.GenerationID)
 	if err != nil {
@@ -160,7 +146,7 @@ func (g *Gateway) finish(e usage.Event, res store.SettleResult, err error) {
 		g.log.LogAttrs(ctx, slog.LevelWarn, "debit capped at the available balance", attrs...)
 	}
 	g.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
-	g.opt.Metrics.Request(e, g.opt.Now())
+	g.opt.Metrics.Request(e, g.opt.Clock.Now())
 }
 
 // pending is a request admitted by this process and not yet settled: what GET /v1/generation
@@ -190,96 +176,33 @@ func (g *Gateway) running(orgID, generationID string) (usage.Event, bool) {
 // settleRetrying applies a settlement, retrying with backoff while the store fails, until giveUp
 // (and on Lambda no later than a second before the invocation's deadline): a request the client
 // received must not go unbilled because the store blinked. Settle is idempotent, so a retry after
-// a lost answer changes nothing. Each try has at most 10 s.
+// a lost answer changes nothing. Each try has at most 10 s. The backoff is on the gateway's
+// clock; the tries' timeouts, like the invocation's deadline, are on the system's.
 func (g *Gateway) settleRetrying(reqCtx context.Context, st store.Settlement, giveUp time.Time) (store.SettleResult, error) {
-	if dl, ok := reqCtx.Deadline(); ok && dl.Add(-time.Second).Before(giveUp) {
-		giveUp = dl.Add(-time.Second)
+	clock := g.opt.Clock
+	if dl, ok := reqCtx.Deadline(); ok {
+		if last := clock.Now().Add(time.Until(dl) - time.Second); last.Before(giveUp) {
+			giveUp = last
+		}
 	}
 	base := context.WithoutCancel(reqCtx)
 	backoff := 50 * time.Millisecond
 	for attempt := 1; ; attempt++ {
-		deadline := time.Now().Add(10 * time.Second)
-		if giveUp.Before(deadline) && giveUp.After(time.Now()) {
-			deadline = giveUp
+		timeout := 10 * time.Second
+		if left := giveUp.Sub(clock.Now()); left > 0 && left < timeout {
+			timeout = left
 		}
-		ctx, cancel := context.WithDeadline(base, deadline)
+		ctx, cancel := context.WithTimeout(base, timeout)
 		res, err := g.opt.Store.Settle(ctx, st)
 		cancel()
-		if err == nil || time.Now().Add(backoff).After(giveUp) {
+		if err == nil || clock.Now().Add(backoff).After(giveUp) {
 			return res, err
 		}
 		g.log.LogAttrs(base, slog.LevelWarn, "settlement failed; retrying",
 			slog.String("generation_id", st.Event.GenerationID), slog.Int("attempt", attempt),
 			slog.Duration("backoff", backoff), slog.String("error", err.Error()))
-		time.Sleep(backoff)
+		g.sleep(backoff)
 		backoff = min(2*backoff, 5*time.Second)
-	}
-}
-
-// renewLeases renews the exchange's lease every third of its TTL until settlement, so that a
-// long stream keeps its slot and a crashed one loses it, and arms the fence: should the lease go
-// unrenewed until fenceMargin before it expires (the store stalled, or the lease was lost), the
-// request's backend call is cancelled with causeSlotLost and the request stops being served. The
-// timers are created under x.mu, which every renewal and the fence take before they touch them,
-// and neither re-arms once the exchange is settled: nothing outlives settlement.
-func (g *Gateway) renewLeases(x *exchange) {
-	every := g.opt.LeaseTTL / 3
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	x.renewer = time.AfterFunc(every, func() { g.renewLease(x, every) })
-	x.fence = time.AfterFunc(g.fenceIn(x.lease), func() { g.checkFence(x) })
-}
-
-// fenceIn is how long from now a request holding lease may be served without a renewal.
-func (g *Gateway) fenceIn(lease store.Lease) time.Duration {
-	return max(lease.Expires.Sub(g.opt.Now())-g.fenceMargin(), 0)
-}
-
-// fenceMargin is how long before its lease expires a request stops being served: a sixth of the
-// lease (10 s of the default 60 s), so that renewals every third of it have two tries left, and
-// the gateways' clocks, which expiry is measured by, may disagree by less than that.
-func (g *Gateway) fenceMargin() time.Duration { return g.opt.LeaseTTL / 6 }
-
-func (g *Gateway) checkFence(x *exchange) {
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if x.settled {
-		return
-	}
-	if wait := g.fenceIn(x.lease); wait > 0 {
-		x.fence.Reset(wait) // renewed meanwhile
-		return
-	}
-	g.log.LogAttrs(context.Background(), slog.LevelWarn, "lease about to expire unrenewed; stopping the request",
-		slog.String("generation_id", x.lease.HolderID), slog.String("org_id", x.lease.OrgID))
-	x.lost(causeSlotLost)
-}
-
-func (g *Gateway) renewLease(x *exchange, every time.Duration) {
-	x.mu.Lock()
-	lease, settled := x.lease, x.settled
-	x.mu.Unlock()
-	if settled {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), every)
-	defer cancel()
-	renewed, err := g.opt.Store.Renew(ctx, lease, g.opt.Now(), g.opt.LeaseTTL)
-	x.mu.Lock()
-	defer x.mu.Unlock()
-	if err != nil {
-		g.log.LogAttrs(ctx, slog.LevelWarn, "lease renewal failed", slog.String("generation_id", lease.HolderID), slog.String("org_id", lease.OrgID), slog.String("error", err.Error()))
-		if errors.Is(err, store.ErrLeaseLost) {
-			if !x.settled {
-				x.lost(causeSlotLost) // the slot is gone; renewing again cannot bring it back
-			}
-			return
-		}
-	} else {
-		x.lease = renewed
-	}
-	if !x.settled {
-		x.renewer.Reset(every)
 	}
 }
 
