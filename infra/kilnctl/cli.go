@@ -7,6 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +17,8 @@ import (
 
 	"github.com/neocloud/kiln/pkg/config"
 	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/store/dynamo"
+	"github.com/neocloud/kiln/pkg/store/sqlite"
 )
 
 // cli is one invocation of kilnctl: where it writes, how it reads the environment and the
@@ -262,8 +267,16 @@ func capitalize(s string) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
-// store opens the configured store on first use.
-func (c *cli) store(ctx context.Context) (store.Store, error) {
+// store opens the configured store on first use, and says on stderr which one it reads: run
+// from another directory, kilnctl would otherwise read a store the gateway does not use. An
+// embedded store whose directory does not exist is refused (opening it would create an empty
+// one); only creating an organization may start a new store (newStore).
+func (c *cli) store(ctx context.Context) (store.Store, error) { return c.open(ctx, false) }
+
+// newStore is store for a command that may be the first write to a new embedded store.
+func (c *cli) newStore(ctx context.Context) (store.Store, error) { return c.open(ctx, true) }
+
+func (c *cli) open(ctx context.Context, mayCreate bool) (store.Store, error) {
 	if c.st != nil {
 		return c.st, nil
 	}
@@ -271,12 +284,49 @@ func (c *cli) store(ctx context.Context) (store.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	st, err := config.OpenStore(ctx, cfg)
+	st, err := openStore(ctx, cfg, c.stderr, mayCreate)
 	if err != nil {
 		return nil, err
 	}
 	c.st = st
 	return st, nil
+}
+
+// openStore opens the store cfg names, after writing which one it is to w.
+func openStore(ctx context.Context, cfg config.Config, w io.Writer, mayCreate bool) (store.Store, error) {
+	if cfg.Store == config.StoreDynamoDB {
+		where := "in AWS"
+		if cfg.DynamoDBEndpoint != "" {
+			where = "on " + cfg.DynamoDBEndpoint
+		}
+		fmt.Fprintf(w, "kilnctl: store: DynamoDB tables %s* %s\n", cfg.TablePrefix, where)
+		s, err := dynamo.Open(ctx, dynamo.Config{TablePrefix: cfg.TablePrefix, Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})
+		if err != nil {
+			return nil, fmt.Errorf("open DynamoDB store (tables %s*): %w", cfg.TablePrefix, err)
+		}
+		return s, nil
+	}
+	dir, err := filepath.Abs(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	_, statErr := os.Stat(dir)
+	switch {
+	case errors.Is(statErr, fs.ErrNotExist) && !mayCreate:
+		return nil, fmt.Errorf("no embedded store in %s (KILN_DATA_DIR=%s): the directory does not exist. "+
+			"Run kilnctl where the gateway runs (make run keeps its store in .kiln beside the Makefile), "+
+			"or set KILN_DATA_DIR to the gateway's data directory (KILN_STORE=dynamodb for DynamoDB)", dir, cfg.DataDir)
+	case errors.Is(statErr, fs.ErrNotExist):
+		fmt.Fprintf(w, "kilnctl: store: a new embedded store in %s\n", dir)
+	default:
+		fmt.Fprintf(w, "kilnctl: store: the embedded store in %s\n", dir)
+	}
+	// The embedded store folds usage into its aggregates at settlement, as the gateway's does.
+	s, err := sqlite.OpenWith(cfg.DataDir, sqlite.Options{FoldAtSettlement: true})
+	if err != nil {
+		return nil, fmt.Errorf("open embedded store in %s: %w", cfg.DataDir, err)
+	}
+	return s, nil
 }
 
 // org reads one organization, naming it plainly when it does not exist.

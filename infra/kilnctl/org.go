@@ -33,7 +33,7 @@ func orgCreate(ctx context.Context, c *cli, f *flags, args []string) error {
 	} else if !validOrgID(*id) {
 		return f.usageErr("--id %q: want 1 to 64 letters, digits, '_', '-' or '.'", *id)
 	}
-	st, err := c.store(ctx)
+	st, err := c.newStore(ctx)
 	if err != nil {
 		return err
 	}
