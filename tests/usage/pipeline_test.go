@@ -2,7 +2,7 @@
 // real handler, wired as on Lambda: nothing published per request) on DynamoDB Local, whose usage
 // table's stream the pipe's stand-in (pkg/usage/pipe) carries to a moto SQS queue with a
 // dead-letter queue, as the EventBridge Pipe does on AWS, and the real aggregator code
-// (pkg/ingest and usage.Aggregator) consuming that queue. It also runs the gateway as `make run`
+// (usage.Handler and usage.Aggregator) consuming that queue. It also runs the gateway as `make run`
 // wires it on DynamoDB Local (its own pipe, straight into the aggregator), and counts the AWS
 // calls a request makes.
 package pipeline
@@ -34,7 +34,6 @@ import (
 	"github.com/neocloud/kiln/pkg/apikey"
 	"github.com/neocloud/kiln/pkg/config"
 	"github.com/neocloud/kiln/pkg/gateway"
-	"github.com/neocloud/kiln/pkg/ingest"
 	"github.com/neocloud/kiln/pkg/local"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
@@ -476,7 +475,7 @@ func TestPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &consumer{p: p, h: ingest.New(usage.NewAggregator(aggStore), nil)}
+	c := &consumer{p: p, h: usage.NewHandler(usage.NewAggregator(aggStore), nil)}
 	cctx, stopConsumer := context.WithCancel(context.Background())
 	consumerDone := make(chan struct{})
 	go func() { defer close(consumerDone); c.run(cctx) }()
