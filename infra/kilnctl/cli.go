@@ -28,6 +28,7 @@ type cli struct {
 	getenv         func(string) string
 	now            func() time.Time
 	st             store.Store
+	mayCreate      bool // the command may be the first write to a new embedded store
 }
 
 // run executes one kilnctl command line (without the program name) and returns the exit
@@ -270,13 +271,8 @@ func capitalize(s string) string {
 // store opens the configured store on first use, and says on stderr which one it reads: run
 // from another directory, kilnctl would otherwise read a store the gateway does not use. An
 // embedded store whose directory does not exist is refused (opening it would create an empty
-// one); only creating an organization may start a new store (newStore).
-func (c *cli) store(ctx context.Context) (store.Store, error) { return c.open(ctx, false) }
-
-// newStore is store for a command that may be the first write to a new embedded store.
-func (c *cli) newStore(ctx context.Context) (store.Store, error) { return c.open(ctx, true) }
-
-func (c *cli) open(ctx context.Context, mayCreate bool) (store.Store, error) {
+// one) unless the command may start a new store (c.mayCreate: org create).
+func (c *cli) store(ctx context.Context) (store.Store, error) {
 	if c.st != nil {
 		return c.st, nil
 	}
@@ -284,7 +280,7 @@ func (c *cli) open(ctx context.Context, mayCreate bool) (store.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	st, err := openStore(ctx, cfg, c.stderr, mayCreate)
+	st, err := openStore(ctx, cfg, c.stderr, c.mayCreate)
 	if err != nil {
 		return nil, err
 	}
@@ -300,33 +296,21 @@ func openStore(ctx context.Context, cfg config.Config, w io.Writer, mayCreate bo
 			where = "on " + cfg.DynamoDBEndpoint
 		}
 		fmt.Fprintf(w, "kilnctl: store: DynamoDB tables %s* %s\n", cfg.TablePrefix, where)
-		s, err := dynamo.Open(ctx, dynamo.Config{TablePrefix: cfg.TablePrefix, Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})
-		if err != nil {
-			return nil, fmt.Errorf("open DynamoDB store (tables %s*): %w", cfg.TablePrefix, err)
+		return dynamo.Open(ctx, dynamo.Config{TablePrefix: cfg.TablePrefix, Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})
+	}
+	dir, _ := filepath.Abs(cfg.DataDir) // fails only without a working directory: KILN_DATA_DIR still names it
+	what := "the embedded store"
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if !mayCreate {
+			return nil, fmt.Errorf("no embedded store in %s (KILN_DATA_DIR=%s): the directory does not exist. "+
+				"Run kilnctl where the gateway runs (make run keeps its store in .kiln beside the Makefile), "+
+				"or set KILN_DATA_DIR to the gateway's data directory (KILN_STORE=dynamodb for DynamoDB)", dir, cfg.DataDir)
 		}
-		return s, nil
+		what = "a new embedded store"
 	}
-	dir, err := filepath.Abs(cfg.DataDir)
-	if err != nil {
-		return nil, err
-	}
-	_, statErr := os.Stat(dir)
-	switch {
-	case errors.Is(statErr, fs.ErrNotExist) && !mayCreate:
-		return nil, fmt.Errorf("no embedded store in %s (KILN_DATA_DIR=%s): the directory does not exist. "+
-			"Run kilnctl where the gateway runs (make run keeps its store in .kiln beside the Makefile), "+
-			"or set KILN_DATA_DIR to the gateway's data directory (KILN_STORE=dynamodb for DynamoDB)", dir, cfg.DataDir)
-	case errors.Is(statErr, fs.ErrNotExist):
-		fmt.Fprintf(w, "kilnctl: store: a new embedded store in %s\n", dir)
-	default:
-		fmt.Fprintf(w, "kilnctl: store: the embedded store in %s\n", dir)
-	}
-	// The embedded store folds usage into its aggregates at settlement, as the gateway's does.
-	s, err := sqlite.OpenWith(cfg.DataDir, sqlite.Options{FoldAtSettlement: true})
-	if err != nil {
-		return nil, fmt.Errorf("open embedded store in %s: %w", cfg.DataDir, err)
-	}
-	return s, nil
+	fmt.Fprintf(w, "kilnctl: store: %s in %s\n", what, dir)
+	// FoldAtSettlement as the gateway opens it: the embedded store has no stream to carry events on.
+	return sqlite.OpenWith(cfg.DataDir, sqlite.Options{FoldAtSettlement: true})
 }
 
 // org reads one organization, naming it plainly when it does not exist.

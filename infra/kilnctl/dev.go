@@ -11,8 +11,9 @@ import (
 )
 
 // devCreateTables answers "kilnctl dev create-tables": on a local DynamoDB endpoint it creates
-// the tables that are missing and turns point-in-time recovery on where the server has it, as template.yaml does. In AWS the tables come from template.yaml, so it refuses to run
-// without KILN_DYNAMODB_ENDPOINT.
+// the tables that are missing and turns point-in-time recovery on where the server has it, as
+// template.yaml does. In AWS the tables come from template.yaml, so it refuses to run without
+// KILN_DYNAMODB_ENDPOINT.
 func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error {
 	if _, err := f.parse(args); err != nil {
 		return err
