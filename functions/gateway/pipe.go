@@ -1,4 +1,4 @@
-package local
+package main
 
 import (
 	"context"
@@ -20,13 +20,13 @@ import (
 // pipe polls a DynamoDB stream's shards about four times a second.
 const pipePoll = 250 * time.Millisecond
 
-// StartUsagePipe starts what carries settled usage events to the aggregates off Lambda, and
+// startUsagePipe starts what carries settled usage events to the aggregates off Lambda, and
 // returns how to stop it (after the gateway has settled everything: it reads the stream to its
 // end first). The embedded store folds each event as it settles it, so there is nothing to
 // start. On a local DynamoDB endpoint the stand-in for the EventBridge Pipe reads the usage
 // table's stream and hands each batch to the aggregator's own handler, as the pipe and the
 // queue do on AWS. Against DynamoDB in AWS the stack's pipe does it.
-func StartUsagePipe(ctx context.Context, cfg config.Config, st store.Store, log *slog.Logger) (stop func(), err error) {
+func startUsagePipe(ctx context.Context, cfg config.Config, st store.Store, log *slog.Logger) (stop func(), err error) {
 	ds, ok := st.(*dynamo.Store)
 	if !ok || cfg.DynamoDBEndpoint == "" {
 		how := "folded into the aggregates as they are settled"
