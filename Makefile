@@ -8,8 +8,9 @@ BIN     := bin
 NPM     ?= npm
 export CGO_ENABLED ?= 0
 
-# Local run: the gateway on 127.0.0.1:8080, the model simulator on 127.0.0.1:8090 (where the
-# reference catalog's backends point), the embedded store under ./.kiln.
+# Local run: the gateway on 127.0.0.1:8080, the model simulator on 127.0.0.1:8090, the embedded
+# store under ./.kiln. Each is a variable: make run KILN_ADDR=127.0.0.1:9080
+# KILN_SIMULATOR_ADDR=127.0.0.1:9090. The reference catalog's backends follow the simulator.
 KILN_ADDR           ?= 127.0.0.1:8080
 KILN_SIMULATOR_ADDR ?= 127.0.0.1:8090
 KILN_DATA_DIR       ?= ./.kiln
@@ -21,7 +22,7 @@ KILN_DYNAMODB_LOCAL_PORT ?= 8000
 .PHONY: help customer-docs build build-local run dynamodb-local test test-go test-e2e lint bench fuzz clean build-lambda build-GatewayFunction build-AggregatorFunction
 
 help:
-	@echo "make run    - the gateway on http://$(KILN_ADDR)/v1 with the model simulator and a demo key"
+	@echo "make run    - the gateway on http://$(KILN_ADDR)/v1 with the model simulator on $(KILN_SIMULATOR_ADDR) and a demo key"
 	@echo "make test   - every test (installs what the tests need)"
 	@echo "make build  - bin/gateway, bin/kilnctl and the arm64 Lambda zips in bin/lambda"
 	@echo "make bench  - the gateway's overhead against the simulator alone (writes BENCHMARKS.md)"
@@ -97,7 +98,7 @@ bench: build-local infra/dynamodb-local/node_modules/.package-lock.json
 
 FUZZTIME ?= 30s
 fuzz:
-	@for pkg in ./pkg/openai ./pkg/catalog ./pkg/money ./pkg/gateway ./pkg/local; do \
+	@for pkg in ./pkg/openai ./pkg/catalog ./pkg/money ./pkg/gateway ./functions/gateway; do \
 	  for t in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$t"; $(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \

@@ -1,7 +1,7 @@
 // Command aggregator is the usage pipeline's consumer on AWS Lambda: the usage table's DynamoDB
 // stream → EventBridge Pipe → SQS queue → this function, with ReportBatchItemFailures so that only
 // failed messages come back (and reach the dead-letter queue after the queue's maxReceiveCount).
-// It decodes and validates each usage record (pkg/ingest) and folds it into the aggregates table
+// It decodes and validates each usage record (usage.Handler) and folds it into the aggregates table
 // (usage.Aggregator, idempotent by generation id).
 //
 // Once a day (the Reconcile schedule, input {"task": "reconcile"}) it reconciles yesterday from
@@ -22,7 +22,6 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/neocloud/kiln/pkg/awsenv"
-	"github.com/neocloud/kiln/pkg/ingest"
 	"github.com/neocloud/kiln/pkg/store/dynamo"
 	"github.com/neocloud/kiln/pkg/usage"
 )
@@ -36,8 +35,8 @@ func main() {
 	lambda.StartHandlerFunc(h.Invoke)
 }
 
-// setup wires the function from its environment. It reads only what it needs — pkg/config
-// would link the embedded store into a function that has no use for it.
+// setup wires the function from its environment. It reads only the four settings it has —
+// pkg/config is the gateway's and kilnctl's, and checks settings this function does not take.
 func setup(ctx context.Context, getenv func(string) string) (*function, error) {
 	level := slog.LevelInfo
 	if v := getenv("KILN_LOG_LEVEL"); v != "" {
@@ -54,7 +53,7 @@ func setup(ctx context.Context, getenv func(string) string) (*function, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := ingest.New(usage.NewAggregator(st), log)
+	h := usage.NewHandler(usage.NewAggregator(st), log)
 	prefix := getenv("KILN_TABLE_PREFIX")
 	if prefix == "" {
 		prefix = dynamo.DefaultTablePrefix

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/neocloud/kiln/pkg/finance"
-	"github.com/neocloud/kiln/pkg/ingest"
 	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // reconcileTask is the input of the daily schedule (template.yaml, the Reconcile event):
@@ -30,7 +30,7 @@ const (
 // function is the aggregator's entry point: SQS batches and the sweep's schedule go to the ingest
 // handler; the reconciliation's schedule to reconcile.
 type function struct {
-	ingest *ingest.Handler
+	ingest *usage.Handler
 	tables finance.TableReader
 	prefix string    // the table prefix, the metric's dimension (one stack's tables)
 	stdout io.Writer // where the metric line goes

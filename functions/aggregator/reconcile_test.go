@@ -16,7 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/oklog/ulid/v2"
 
-	"github.com/neocloud/kiln/pkg/ingest"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
@@ -93,7 +92,7 @@ func TestScheduledReconciliationOfYesterday(t *testing.T) {
 
 	var stdout bytes.Buffer
 	f := &function{
-		ingest: ingest.New(usage.NewAggregator(st), nil), tables: st, prefix: cfg.TablePrefix,
+		ingest: usage.NewHandler(usage.NewAggregator(st), nil), tables: st, prefix: cfg.TablePrefix,
 		stdout: &stdout, log: slog.New(slog.DiscardHandler), now: func() time.Time { return now },
 	}
 	invoke := func(payload string) (reconciliation, emf) {

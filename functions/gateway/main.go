@@ -1,8 +1,11 @@
-// Command gateway is Kiln's public API. On AWS Lambda (AWS_LAMBDA_RUNTIME_API set) it serves the
-// function URL and the API Gateway REST API, both with response streaming, on the store the
-// configuration names (DynamoDB by default there). Off Lambda it serves HTTP on KILN_ADDR with the
-// configured store; `make run` starts it with the built-in model simulator and a demo
-// organization (see pkg/local).
+// Command gateway is Kiln's public API, and its composition root: configuration → store →
+// catalog → backends → gateway.New → a server. On AWS Lambda (AWS_LAMBDA_RUNTIME_API set) it
+// serves the function URL and the API Gateway REST API, both with response streaming, on the
+// store the configuration names (DynamoDB by default there; lambda.go). Off Lambda it serves HTTP
+// on KILN_ADDR with the configured store (serve.go, with conn.go's JSON answers for what net/http
+// refuses itself and logbuf.go's batched log); `make run` starts it with the built-in model
+// simulator as the reference catalog's backend and a demo organization (demo.go), and, on a local
+// DynamoDB, a stand-in for the usage pipeline's EventBridge Pipe (pipe.go).
 //
 // The release build is linux/arm64 with -tags lambda.norpc and CGO_ENABLED=0 (infra/lambdabuild).
 package main
@@ -17,7 +20,6 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 	"github.com/neocloud/kiln/pkg/config"
-	"github.com/neocloud/kiln/pkg/local"
 )
 
 func main() {
@@ -38,9 +40,9 @@ func main() {
 		lambda.StartHandlerFunc(h.Invoke) // returns only by exiting the process
 		return
 	}
-	log, flushLog := local.NewLogger(os.Stderr, level, local.LogFlushEvery)
+	log, flushLog := newLogger(os.Stderr, level, logFlushEvery)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err = local.Run(ctx, cfg, os.Getenv, log, os.Stdout)
+	err = serve(ctx, cfg, os.Getenv, log, os.Stdout)
 	stop()
 	if err != nil {
 		log.Error("gateway stopped", slog.String("error", err.Error()))

@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/neocloud/kiln/infra"
 	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/money"
 )
@@ -31,7 +30,7 @@ func catalogDocs(ctx context.Context, c *cli, f *flags, args []string) error {
 		err error
 	)
 	if *file == "" {
-		cat, err = catalog.Parse(infra.ReferenceCatalog)
+		cat, err = catalog.Parse(catalog.ReferenceYAML())
 	} else {
 		cat, err = catalog.Load(*file)
 	}

@@ -9,14 +9,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/neocloud/kiln/infra"
 	"github.com/neocloud/kiln/pkg/catalog"
 )
 
 // TestModelsPagesMatchReferenceCatalog fails when a committed docs/customer/*/models.md and the
 // reference catalog disagree; `make customer-docs` regenerates them.
 func TestModelsPagesMatchReferenceCatalog(t *testing.T) {
-	cat, err := catalog.Parse(infra.ReferenceCatalog)
+	cat, err := catalog.Parse(catalog.ReferenceYAML())
 	if err != nil {
 		t.Fatal(err)
 	}

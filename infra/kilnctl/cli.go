@@ -7,6 +7,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +17,8 @@ import (
 
 	"github.com/neocloud/kiln/pkg/config"
 	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/store/dynamo"
+	"github.com/neocloud/kiln/pkg/store/sqlite"
 )
 
 // cli is one invocation of kilnctl: where it writes, how it reads the environment and the
@@ -23,6 +28,7 @@ type cli struct {
 	getenv         func(string) string
 	now            func() time.Time
 	st             store.Store
+	mayCreate      bool // the command may be the first write to a new embedded store
 }
 
 // run executes one kilnctl command line (without the program name) and returns the exit
@@ -262,7 +268,10 @@ func capitalize(s string) string {
 	return strings.ToUpper(s[:1]) + s[1:]
 }
 
-// store opens the configured store on first use.
+// store opens the configured store on first use, and says on stderr which one it reads: run
+// from another directory, kilnctl would otherwise read a store the gateway does not use. An
+// embedded store whose directory does not exist is refused (opening it would create an empty
+// one) unless the command may start a new store (c.mayCreate: org create).
 func (c *cli) store(ctx context.Context) (store.Store, error) {
 	if c.st != nil {
 		return c.st, nil
@@ -271,12 +280,37 @@ func (c *cli) store(ctx context.Context) (store.Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("configuration: %w", err)
 	}
-	st, err := config.OpenStore(ctx, cfg)
+	st, err := openStore(ctx, cfg, c.stderr, c.mayCreate)
 	if err != nil {
 		return nil, err
 	}
 	c.st = st
 	return st, nil
+}
+
+// openStore opens the store cfg names, after writing which one it is to w.
+func openStore(ctx context.Context, cfg config.Config, w io.Writer, mayCreate bool) (store.Store, error) {
+	if cfg.Store == config.StoreDynamoDB {
+		where := "in AWS"
+		if cfg.DynamoDBEndpoint != "" {
+			where = "on " + cfg.DynamoDBEndpoint
+		}
+		fmt.Fprintf(w, "kilnctl: store: DynamoDB tables %s* %s\n", cfg.TablePrefix, where)
+		return dynamo.Open(ctx, dynamo.Config{TablePrefix: cfg.TablePrefix, Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})
+	}
+	dir, _ := filepath.Abs(cfg.DataDir) // fails only without a working directory: KILN_DATA_DIR still names it
+	what := "the embedded store"
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		if !mayCreate {
+			return nil, fmt.Errorf("no embedded store in %s (KILN_DATA_DIR=%s): the directory does not exist. "+
+				"Run kilnctl where the gateway runs (make run keeps its store in .kiln beside the Makefile), "+
+				"or set KILN_DATA_DIR to the gateway's data directory (KILN_STORE=dynamodb for DynamoDB)", dir, cfg.DataDir)
+		}
+		what = "a new embedded store"
+	}
+	fmt.Fprintf(w, "kilnctl: store: %s in %s\n", what, dir)
+	// FoldAtSettlement as the gateway opens it: the embedded store has no stream to carry events on.
+	return sqlite.OpenWith(cfg.DataDir, sqlite.Options{FoldAtSettlement: true})
 }
 
 // org reads one organization, naming it plainly when it does not exist.

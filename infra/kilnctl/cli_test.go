@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -80,7 +83,7 @@ func (e *testEnv) store() store.Store {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	st, err := config.OpenStore(context.Background(), cfg)
+	st, err := openStore(context.Background(), cfg, io.Discard, true)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -243,5 +246,36 @@ func TestUnreadableConfigurationIsAnError(t *testing.T) {
 	code, _, errOut := e.run("org", "list")
 	if code != 1 || !strings.Contains(errOut, `KILN_STORE="postgres"`) {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestMissingDataDirectory: run where no store is (another directory, a mistyped KILN_DATA_DIR),
+// a command that reads refuses, naming the directory and the store, instead of creating an empty
+// store and listing nothing; creating an organization starts a new store and says so; every
+// command that opens a store names it on stderr, so that --json's stdout stays one document.
+func TestMissingDataDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "elsewhere", ".kiln")
+	e := &testEnv{t: t, vars: map[string]string{"KILN_STORE": config.StoreSQLite, "KILN_DATA_DIR": dir}}
+	for _, args := range [][]string{{"org", "list"}, {"usage", "--org", "org_demo", "--from", "2026-12-01", "--to", "2026-12-01"}, {"maintenance", "show"}} {
+		code, out, errOut := e.run(args...)
+		if code != 1 || out != "" || !strings.Contains(errOut, "no embedded store in "+dir) || !strings.Contains(errOut, "does not exist") {
+			t.Errorf("kilnctl %s: exit %d, stdout %q, stderr %q; want exit 1 naming the store and %s", strings.Join(args, " "), code, out, errOut, dir)
+		}
+		if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("kilnctl %s created %s (%v)", strings.Join(args, " "), dir, err)
+		}
+	}
+
+	code, out, errOut := e.run("org", "create", "--name", "First", "--json")
+	if code != 0 || !strings.Contains(errOut, "kilnctl: store: a new embedded store in "+dir) {
+		t.Fatalf("org create: exit %d, stderr %q", code, errOut)
+	}
+	var created orgJSON
+	if err := json.Unmarshal([]byte(out), &created); err != nil {
+		t.Fatalf("org create --json: %v\n%s", err, out)
+	}
+	code, out, errOut = e.run("org", "list", "--json")
+	if code != 0 || errOut != "kilnctl: store: the embedded store in "+dir+"\n" || !strings.Contains(out, created.ID) || !json.Valid([]byte(out)) {
+		t.Errorf("org list --json: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }

@@ -2,15 +2,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
 	"github.com/neocloud/kiln/pkg/config"
+	"github.com/neocloud/kiln/pkg/store/dynamo"
 )
 
 // devCreateTables answers "kilnctl dev create-tables": on a local DynamoDB endpoint it creates
-// the tables that are missing and turns point-in-time recovery on where the server has it. In AWS the tables come from template.yaml, so it refuses to run
-// without KILN_DYNAMODB_ENDPOINT.
+// the tables that are missing and turns point-in-time recovery on where the server has it, as
+// template.yaml does. In AWS the tables come from template.yaml, so it refuses to run without
+// KILN_DYNAMODB_ENDPOINT.
 func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error {
 	if _, err := f.parse(args); err != nil {
 		return err
@@ -19,11 +22,29 @@ func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error
 	if err != nil {
 		return fmt.Errorf("configuration: %w", err)
 	}
-	lt, err := config.CreateLocal(ctx, cfg)
+	if cfg.Store != config.StoreDynamoDB {
+		return fmt.Errorf("KILN_STORE=%q: tables are created only for the DynamoDB store (KILN_STORE=dynamodb)", cfg.Store)
+	}
+	if cfg.DynamoDBEndpoint == "" {
+		return errors.New("KILN_DYNAMODB_ENDPOINT (or AWS_ENDPOINT_URL_DYNAMODB, AWS_ENDPOINT_URL) is not set: tables are created here only on a local endpoint; in AWS they come from template.yaml")
+	}
+	st, err := c.store(ctx)
 	if err != nil {
 		return err
 	}
-	tables, created := lt.Tables, lt.Created
+	ds := st.(*dynamo.Store)
+	tables := ds.Tables()
+	created, err := ds.CreateTables(ctx)
+	if err != nil {
+		return fmt.Errorf("create tables on %s: %w", cfg.DynamoDBEndpoint, err)
+	}
+	pitr := true
+	switch err := ds.EnablePointInTimeRecovery(ctx); {
+	case errors.Is(err, dynamo.ErrNoPointInTimeRecovery):
+		pitr = false
+	case err != nil:
+		return fmt.Errorf("on %s: %w", cfg.DynamoDBEndpoint, err)
+	}
 	type tableJSON struct {
 		Name    string `json:"name"`
 		Created bool   `json:"created"`
@@ -37,7 +58,7 @@ func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error
 			Endpoint            string      `json:"endpoint"`
 			Tables              []tableJSON `json:"tables"`
 			PointInTimeRecovery bool        `json:"point_in_time_recovery"`
-		}{cfg.DynamoDBEndpoint, list, lt.PointInTimeRecovery})
+		}{cfg.DynamoDBEndpoint, list, pitr})
 	}
 	for _, t := range list {
 		what := "exists"
@@ -48,10 +69,10 @@ func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error
 			return err
 		}
 	}
-	pitr := "point-in-time recovery on (finance export works)"
-	if !lt.PointInTimeRecovery {
-		pitr = "point-in-time recovery: this server has none (Amazon DynamoDB Local); finance export needs moto or AWS"
+	say := "point-in-time recovery on (finance export works)"
+	if !pitr {
+		say = "point-in-time recovery: this server has none (Amazon DynamoDB Local); finance export needs moto or AWS"
 	}
-	_, err = fmt.Fprintln(c.stdout, pitr)
+	_, err = fmt.Fprintln(c.stdout, say)
 	return err
 }

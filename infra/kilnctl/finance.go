@@ -71,7 +71,7 @@ func financeExport(ctx context.Context, c *cli, f *flags, args []string) error {
 	if cfg.Store != config.StoreDynamoDB {
 		return fmt.Errorf("KILN_STORE=%q: finance export exports the DynamoDB tables; set KILN_STORE=dynamodb", cfg.Store)
 	}
-	st, err := config.OpenStore(ctx, cfg)
+	st, err := openStore(ctx, cfg, c.stderr, false)
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,7 @@ func orgCreate(ctx context.Context, c *cli, f *flags, args []string) error {
 	} else if !validOrgID(*id) {
 		return f.usageErr("--id %q: want 1 to 64 letters, digits, '_', '-' or '.'", *id)
 	}
+	c.mayCreate = true // a first organization is how an operator starts a store without the gateway
 	st, err := c.store(ctx)
 	if err != nil {
 		return err

@@ -7,13 +7,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/neocloud/kiln/infra"
 	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/money"
 )
 
 func FuzzParse(f *testing.F) {
-	f.Add(infra.ReferenceCatalog)
+	f.Add(catalog.ReferenceYAML())
 	f.Add([]byte(valid))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := catalog.Parse(data)

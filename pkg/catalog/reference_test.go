@@ -1,14 +1,14 @@
 package catalog_test
 
 import (
+	"strings"
 	"testing"
 
-	"github.com/neocloud/kiln/infra"
 	"github.com/neocloud/kiln/pkg/catalog"
 )
 
 func TestReferenceCatalog(t *testing.T) {
-	c, err := catalog.Parse(infra.ReferenceCatalog)
+	c, err := catalog.Parse(catalog.ReferenceYAML())
 	if err != nil {
 		t.Fatalf("reference catalog: %v", err)
 	}
@@ -68,7 +68,7 @@ func TestReferenceCatalog(t *testing.T) {
 
 // TestSeedCosts reproduces the costs on the public endpoint pages, measured on gpt-oss-120b.
 func TestSeedCosts(t *testing.T) {
-	c, err := catalog.Parse(infra.ReferenceCatalog)
+	c, err := catalog.Parse(catalog.ReferenceYAML())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestSeedCosts(t *testing.T) {
 }
 
 func TestModelLookup(t *testing.T) {
-	c, err := catalog.Parse(infra.ReferenceCatalog)
+	c, err := catalog.Parse(catalog.ReferenceYAML())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,4 +129,32 @@ func modelIDs(c *catalog.Catalog) []string {
 		ids = append(ids, m.ID)
 	}
 	return ids
+}
+
+// TestReferenceFollowsTheSimulator: the reference catalog's backends, on the simulator's default
+// address in the file, move to the address the simulator is started on, and only their host
+// changes; without an address they stay where the file puts them.
+func TestReferenceFollowsTheSimulator(t *testing.T) {
+	file, err := catalog.Parse(catalog.ReferenceYAML())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ simulator, host string }{
+		{"", catalog.ReferenceSimulator},
+		{"127.0.0.1:9190", "127.0.0.1:9190"},
+		{"[::1]:8090", "[::1]:8090"},
+	} {
+		c, err := catalog.Reference(tc.simulator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, m := range c.Models {
+			for j, b := range m.Backends {
+				want := strings.Replace(file.Models[i].Backends[j].URL, catalog.ReferenceSimulator, tc.host, 1)
+				if b.URL != want {
+					t.Errorf("simulator %q: backend %s at %s, want %s", tc.simulator, b.Name, b.URL, want)
+				}
+			}
+		}
+	}
 }

@@ -416,6 +416,50 @@ func TestToolCall(t *testing.T) {
 	})
 }
 
+// TestToolResultAnsweredWithText: after the call the directive asked for, the tool's result (the
+// last message, role "tool") is answered with text, streamed or not, so that a client's tool loop
+// (the JS SDK's runTools) ends; the directive is still in the user's message.
+func TestToolResultAnsweredWithText(t *testing.T) {
+	_, srv := newTestServer(t)
+	conversation := `{"model":"` + qwen + `","max_tokens":3,"messages":[
+		{"role":"user","content":"weather? [[sim:tool_call=get_weather]]"},
+		{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},
+		{"role":"tool","tool_call_id":"call_1","content":"sunny"}]`
+
+	v := readJSON(t, post(t, srv, "/v1/chat/completions", conversation+"}"))
+	choice := at(t, v, "choices", 0).(map[string]any)
+	msg := choice["message"].(map[string]any)
+	if choice["finish_reason"] != "length" || msg["content"] != "tok0 tok1 tok2" || len(asSlice(msg["tool_calls"])) != 0 {
+		t.Errorf("answer to a tool result = %v, want text", choice)
+	}
+
+	s := readStream(t, post(t, srv, "/v1/chat/completions", conversation+`,"stream":true}`))
+	var text string
+	for i, c := range s.chunks {
+		delta := at(t, c, "choices", 0, "delta").(map[string]any)
+		if has(delta, "tool_calls") {
+			t.Errorf("chunk %d calls a tool: %s", i, s.raw[i])
+		}
+		if c, ok := delta["content"].(string); ok {
+			text += c
+		}
+	}
+	if !s.done || text != "tok0 tok1 tok2" {
+		t.Errorf("streamed answer to a tool result: %q (done %v)", text, s.done)
+	}
+
+	// The same conversation one step earlier (its last message the user's) still calls the tool.
+	v = readJSON(t, post(t, srv, "/v1/chat/completions", chatBody(qwen, "weather? [[sim:tool_call=get_weather]]", "")))
+	if at(t, v, "choices", 0, "finish_reason") != "tool_calls" {
+		t.Errorf("without a tool result: %v", v["choices"])
+	}
+}
+
+func asSlice(v any) []any {
+	s, _ := v.([]any)
+	return s
+}
+
 func TestDelays(t *testing.T) {
 	_, srv := newTestServer(t)
 	const step = 30 * time.Millisecond

@@ -90,7 +90,8 @@
 //	                         finish_reason "tool_calls", content null. Streamed, the first tool
 //	                         chunk carries the id, type and name, the next ones 5-byte pieces of the
 //	                         arguments; each piece is one completion token. max_tokens and tokens
-//	                         do not shorten a tool call.
+//	                         do not shorten a tool call. A request whose last message is a tool
+//	                         result (role "tool") is answered with text, as after a real call.
 //	[[sim:reasoning=N]]      chat only: the first N tokens of the answer are reasoning,
 //	                         "think0 think1 ...", in the server's reasoning field.
 //	[[sim:cached=N]]         report prompt_tokens_details.cached_tokens = min(N, prompt tokens),

@@ -68,7 +68,6 @@ type completionRequest struct {
 	Prompt json.RawMessage `json:"prompt"`
 }
 
-// parse reads and validates the body of an inference request.
 // parse reads and validates the body of an inference request. It also returns the software
 // whose error body a refusal takes: the model's, once the body names a known one.
 func (s *Server) parse(r *http.Request, ep endpoint) (*request, Software, error) {
@@ -84,6 +83,7 @@ func (s *Server) parse(r *http.Request, ep endpoint) (*request, Software, error)
 	var (
 		common     *commonRequest
 		promptText func() (tokens []int, directiveText string, err error)
+		toolResult bool // the last message is a tool's result, which the model answers in text
 	)
 	switch ep {
 	case endpointChat:
@@ -96,6 +96,7 @@ func (s *Server) parse(r *http.Request, ep endpoint) (*request, Software, error)
 			n, text, err := chatPrompt(cr.Messages)
 			return []int{n}, text, err
 		}
+		toolResult = len(cr.Messages) > 0 && cr.Messages[len(cr.Messages)-1].Role == "tool"
 	default:
 		var cr completionRequest
 		if err := decode(body, &cr); err != nil {
@@ -131,6 +132,11 @@ func (s *Server) parse(r *http.Request, ep endpoint) (*request, Software, error)
 	}
 	if req.directives, err = parseDirectives(text); err != nil {
 		return nil, model.Server, err
+	}
+	if toolResult {
+		// The directive stays in the user's message for the whole conversation; a model answers
+		// the result of the call it asked for, so that a client's tool loop ends.
+		req.directives.toolCall = ""
 	}
 	if (req.directives.toolCall != "" || req.directives.reasoning > 0) && ep != endpointChat {
 		return nil, model.Server, badRequest("The tool_call and reasoning directives are only valid on /v1/chat/completions.")

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/neocloud/kiln/infra"
+	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/tests/internal/build"
 )
 
@@ -286,7 +286,7 @@ func startGateway(t *testing.T) (base, key string) {
 	dir := t.TempDir()
 	simAddr := freePort(t)
 	catalogPath := filepath.Join(dir, "catalog.yaml")
-	cat := strings.ReplaceAll(string(infra.ReferenceCatalog), "127.0.0.1:8090", simAddr)
+	cat := strings.ReplaceAll(string(catalog.ReferenceYAML()), "127.0.0.1:8090", simAddr)
 	if err := os.WriteFile(catalogPath, []byte(cat), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -87,8 +87,9 @@ func pageErrors(page string) (codes map[string]bool, statuses map[int]bool) {
 	return codes, statuses
 }
 
-// gatewayErrors collects from the sources of pkg/gateway and pkg/local every error code a client
-// can receive and every status an error answer can have:
+// gatewayErrors collects from the sources of pkg/gateway and functions/gateway (whose conn.go
+// answers what net/http refuses) every error code a client can receive and every status an error
+// answer can have:
 //   - the Code of an openai.Error literal, and the status of the apiError around it;
 //   - the code argument of invalid(param, code, …) (400) and errNotFound(msg, code) (404);
 //   - a literal assigned to a variable named code, or returned for a result named code;
@@ -108,7 +109,7 @@ func gatewayErrors(t *testing.T) (codes map[string]bool, statuses map[int]bool) 
 			statuses[n] = true
 		}
 	}
-	for _, dir := range []string{"pkg/gateway", "pkg/local"} {
+	for _, dir := range []string{"pkg/gateway", "functions/gateway"} {
 		fset := token.NewFileSet()
 		files, err := filepath.Glob(filepath.Join(root, dir, "*.go"))
 		if err != nil {

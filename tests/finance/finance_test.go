@@ -29,7 +29,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/neocloud/kiln/infra"
+	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
 	"github.com/neocloud/kiln/tests/internal/build"
@@ -218,8 +218,9 @@ func TestFinanceOnMoto(t *testing.T) {
 
 	dir := t.TempDir()
 	sim := freeAddr(t)
+	ref := strings.ReplaceAll(string(catalog.ReferenceYAML()), "127.0.0.1:8090", sim)
 	catalog := filepath.Join(dir, "catalog.yaml")
-	os.WriteFile(catalog, []byte(strings.ReplaceAll(string(infra.ReferenceCatalog), "127.0.0.1:8090", sim)), 0o600)
+	os.WriteFile(catalog, []byte(ref), 0o600)
 	env := []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"),
 		"KILN_STORE=dynamodb", "KILN_TABLE_PREFIX=fin-", "AWS_REGION=us-east-1",

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/neocloud/kiln/pkg/ingest"
+	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // TestUsageEventSchema keeps events/usage-event.schema.json and pkg/usage.Event in step: the
@@ -20,7 +20,7 @@ func TestUsageEventSchema(t *testing.T) {
 		Properties           map[string]json.RawMessage `json:"properties"`
 	}
 	readJSON(t, "usage-event.schema.json", &schema)
-	fields := ingest.EventFields()
+	fields := usage.EventFields()
 	if schema.Type != "object" || schema.AdditionalProperties == nil || *schema.AdditionalProperties {
 		t.Errorf("schema: want an object with additionalProperties false")
 	}
@@ -64,9 +64,9 @@ func TestSamplePayloads(t *testing.T) {
 		readJSON(t, sample.file, &batch)
 		var ok, skip, bad []string
 		for _, m := range batch.Records {
-			_, err := ingest.Decode([]byte(m.Body))
+			_, err := usage.Decode([]byte(m.Body))
 			switch {
-			case errors.Is(err, ingest.ErrNotFinal):
+			case errors.Is(err, usage.ErrNotFinal):
 				skip = append(skip, m.MessageId)
 			case err != nil:
 				bad = append(bad, m.MessageId)

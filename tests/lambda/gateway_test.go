@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/neocloud/kiln/infra"
 	"github.com/neocloud/kiln/pkg/apikey"
+	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/simulator"
 	"github.com/neocloud/kiln/pkg/store"
@@ -103,8 +103,8 @@ func startGatewayWith(t *testing.T, wrap func(http.Handler) http.Handler, editCa
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 
+	cat := strings.ReplaceAll(string(catalog.ReferenceYAML()), "127.0.0.1:8090", ln.Addr().String())
 	catalog := filepath.Join(dir, "catalog.yaml")
-	cat := strings.ReplaceAll(string(infra.ReferenceCatalog), "127.0.0.1:8090", ln.Addr().String())
 	if editCatalog != nil {
 		cat = editCatalog(cat)
 	}

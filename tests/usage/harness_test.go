@@ -24,7 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
-	"github.com/neocloud/kiln/pkg/ingest"
+	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // awsConfig is the SDK configuration for the local servers: fixed credentials, one region.
@@ -120,11 +120,11 @@ func (p *pipeline) send(t *testing.T, bodies []string) {
 }
 
 // consumer is the Lambda event source mapping, played by the test: it receives batches from
-// the usage queue, hands them to the real aggregator handler (pkg/ingest + usage.Aggregator),
+// the usage queue, hands them to the real aggregator handler (usage.Handler + usage.Aggregator),
 // and deletes the messages the handler did not report as failed.
 type consumer struct {
 	p *pipeline
-	h *ingest.Handler
+	h *usage.Handler
 
 	mu       sync.Mutex
 	bodies   []string // every body handled successfully, in order

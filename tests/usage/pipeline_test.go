@@ -2,9 +2,9 @@
 // real handler, wired as on Lambda: nothing published per request) on DynamoDB Local, whose usage
 // table's stream the pipe's stand-in (pkg/usage/pipe) carries to a moto SQS queue with a
 // dead-letter queue, as the EventBridge Pipe does on AWS, and the real aggregator code
-// (pkg/ingest and usage.Aggregator) consuming that queue. It also runs the gateway as `make run`
-// wires it on DynamoDB Local (its own pipe, straight into the aggregator), and counts the AWS
-// calls a request makes.
+// (usage.Handler and usage.Aggregator) consuming that queue. It also runs the built gateway as
+// `make run` starts it on DynamoDB Local (its own pipe, straight into the aggregator), and counts
+// the AWS calls a request makes.
 package pipeline
 
 import (
@@ -19,47 +19,63 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
-	"github.com/neocloud/kiln/infra"
 	"github.com/neocloud/kiln/pkg/apikey"
+	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/config"
 	"github.com/neocloud/kiln/pkg/gateway"
-	"github.com/neocloud/kiln/pkg/ingest"
-	"github.com/neocloud/kiln/pkg/local"
 	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/simulator"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/store/dynamo"
 	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
+	"github.com/neocloud/kiln/pkg/upstream"
 	"github.com/neocloud/kiln/pkg/usage"
 	"github.com/neocloud/kiln/pkg/usage/pipe"
+	"github.com/neocloud/kiln/tests/internal/build"
 	"github.com/neocloud/kiln/tests/internal/output"
 )
 
 var ddb, moto *dynamotest.Server
 
+// gatewayBin is functions/gateway, built for the test that runs it as `make run` does.
+var gatewayBin string
+
 func TestMain(m *testing.M) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	var wg sync.WaitGroup
-	var errDDB, errMoto error
+	var errDDB, errMoto, errBuild error
 	wg.Go(func() { ddb, errDDB = dynamotest.StartDynamoDBLocal(ctx) })
 	wg.Go(func() { moto, errMoto = dynamotest.StartMoto(ctx) })
+	binDir, err := os.MkdirTemp("", "kiln-usage-")
+	if err == nil {
+		var bins []string
+		bins, errBuild = build.Commands(binDir, "./functions/gateway")
+		if errBuild == nil {
+			gatewayBin = bins[0]
+		}
+	} else {
+		errBuild = err
+	}
 	wg.Wait()
 	cancel()
 	code := 1
-	if errDDB != nil || errMoto != nil {
-		for _, err := range []error{errDDB, errMoto} {
+	if errDDB != nil || errMoto != nil || errBuild != nil {
+		for _, err := range []error{errDDB, errMoto, errBuild} {
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "FAIL: cannot start a local AWS server for the tests: %v\n", err)
+				fmt.Fprintf(os.Stderr, "FAIL: cannot start a local AWS server or build the gateway for the tests: %v\n", err)
 			}
 		}
 	} else {
@@ -70,6 +86,7 @@ func TestMain(m *testing.M) {
 			s.Stop()
 		}
 	}
+	os.RemoveAll(binDir)
 	os.Exit(code)
 }
 
@@ -82,27 +99,28 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// gatewayProc is the gateway running in this process through local.Run.
+// gatewayProc is the built gateway running as `make run` starts it.
 type gatewayProc struct {
 	base    string // http://127.0.0.1:PORT/v1
 	out     *output.Buffer
-	logs    *output.Buffer
-	stop    context.CancelFunc
-	done    chan error
+	logs    *output.Buffer // warnings and errors
 	demoKey string
 }
 
 func startGateway(t *testing.T, env map[string]string) *gatewayProc {
 	t.Helper()
-	cfg, err := config.Load(func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatalf("config: %v", err)
+	g := &gatewayProc{out: &output.Buffer{}, logs: &output.Buffer{}}
+	cmd := exec.Command(gatewayBin)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "KILN_LOG_LEVEL=warn"}
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	g := &gatewayProc{out: &output.Buffer{}, logs: &output.Buffer{}, done: make(chan error, 1)}
-	ctx, cancel := context.WithCancel(context.Background())
-	g.stop = cancel
-	log := slog.New(slog.NewJSONHandler(g.logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	go func() { g.done <- local.Run(ctx, cfg, func(k string) string { return env[k] }, log, g.out) }()
+	cmd.Stdout, cmd.Stderr = g.out, g.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
 	listening := regexp.MustCompile(`listening on (http://\S+/v1)`)
 	key := regexp.MustCompile(`export KILN_API_KEY=(\S+)`)
 	deadline := time.Now().Add(time.Minute)
@@ -113,22 +131,24 @@ func startGateway(t *testing.T, env map[string]string) *gatewayProc {
 			break
 		}
 		select {
-		case err := <-g.done:
+		case err := <-done:
 			t.Fatalf("gateway stopped: %v\n%s\n%s", err, out, g.logs.String())
 		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
 			t.Fatalf("gateway did not start:\n%s\n%s", out, g.logs.String())
 		}
 	}
 	t.Cleanup(func() {
-		g.stop()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case err := <-g.done:
+		case err := <-done:
 			if err != nil {
 				t.Errorf("gateway: %v", err)
 			}
 		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
 			t.Error("gateway did not stop")
 		}
 		if t.Failed() {
@@ -346,36 +366,55 @@ func equalTotals(a, b map[dayKey]usage.Totals) bool {
 	return true
 }
 
-// lambdaGateway is the gateway as functions/gateway wires it on Lambda (local.GatewayOptions,
-// settlement before the handler returns, no pipe and no publisher), served over HTTP on loopback,
-// on tables it creates first. It returns the API's base URL.
+// lambdaGateway is the gateway's handler as the Lambda function has it (the options the
+// configuration sets, settlement before the handler returns, no pipe and no publisher), served
+// over HTTP on loopback, with the model simulator for the catalog's backends on
+// KILN_SIMULATOR_ADDR, on tables it creates first. It returns the API's base URL.
 func lambdaGateway(t *testing.T, env map[string]string) string {
 	t.Helper()
-	getenv := func(k string) string { return env[k] }
-	cfg, err := config.Load(getenv)
+	cfg, err := config.Load(func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	if _, _, err := config.CreateLocalTables(t.Context(), cfg); err != nil {
+	st, err := dynamo.Open(t.Context(), dynamo.Config{TablePrefix: cfg.TablePrefix, Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})
+	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := local.LoadCatalog(cfg)
+	if _, err := st.CreateTables(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := catalog.Load(cfg.Catalog)
 	if err != nil {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	if cfg.Simulator != "" {
-		stop, err := local.StartSimulator(cfg.Simulator, cat, log)
-		if err != nil {
-			t.Fatal(err)
+	var models []simulator.Model
+	for _, m := range cat.Models {
+		for _, b := range m.Backends {
+			models = append(models, simulator.Model{Name: b.Model, ContextLength: m.ContextLength,
+				RejectRequiredToolChoice: !m.ForcedToolChoice, Server: simulator.Software(b.Server), CachedTokens: b.CachedTokens})
 		}
-		t.Cleanup(stop)
 	}
-	st, err := config.OpenStore(t.Context(), cfg)
+	simLn, err := net.Listen("tcp", cfg.Simulator)
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(local.GatewayOptions(cfg, cat, st, getenv, nil, log))
+	sim := &http.Server{Handler: simulator.New(simulator.Config{Models: models}), ReadHeaderTimeout: 10 * time.Second}
+	go sim.Serve(simLn)
+	gw, err := gateway.New(gateway.Options{
+		Store:         st,
+		Catalog:       cat,
+		Upstream:      upstream.New(cat, upstream.Options{ConnectTimeout: cfg.ConnectTimeout, HeaderTimeout: cfg.HeaderTimeout}),
+		Logger:        log,
+		MaxBody:       cfg.MaxBody,
+		BodyTimeout:   cfg.RequestBodyTimeout,
+		Keepalive:     cfg.Keepalive,
+		LeaseTTL:      cfg.LeaseTTL,
+		CacheTTL:      cfg.CacheTTL,
+		SettleReserve: cfg.SettleReserve,
+		AdmitTimeout:  cfg.AdmitTimeout,
+		SettleWait:    cfg.SettleWait,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,16 +426,20 @@ func lambdaGateway(t *testing.T, env map[string]string) string {
 	go srv.Serve(ln)
 	t.Cleanup(func() {
 		srv.Close()
+		sim.Close()
 		st.Close()
 	})
 	return "http://" + ln.Addr().String() + "/v1"
 }
 
+// demoOrgID is the organization the gateway creates at first start off Lambda.
+const demoOrgID = "org_demo"
+
 // catalogFor writes the reference catalog with its backends on simAddr.
 func catalogFor(t *testing.T, simAddr string) string {
 	t.Helper()
 	catalogFile := filepath.Join(t.TempDir(), "catalog.yaml")
-	if err := os.WriteFile(catalogFile, bytes.ReplaceAll(infra.ReferenceCatalog, []byte("127.0.0.1:8090"), []byte(simAddr)), 0o600); err != nil {
+	if err := os.WriteFile(catalogFile, bytes.ReplaceAll(catalog.ReferenceYAML(), []byte("127.0.0.1:8090"), []byte(simAddr)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return catalogFile
@@ -476,7 +519,7 @@ func TestPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &consumer{p: p, h: ingest.New(usage.NewAggregator(aggStore), nil)}
+	c := &consumer{p: p, h: usage.NewHandler(usage.NewAggregator(aggStore), nil)}
 	cctx, stopConsumer := context.WithCancel(context.Background())
 	consumerDone := make(chan struct{})
 	go func() { defer close(consumerDone); c.run(cctx) }()
@@ -640,14 +683,14 @@ func TestLocalPipe(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	tenants := []tenant{{local.DemoOrgID, g.demoKey}}
+	tenants := []tenant{{demoOrgID, g.demoKey}}
 	load(t, g.base, tenants, 30, 4, rng)
 	from, to := start.Add(-time.Hour), time.Now().Add(time.Hour)
 	fromDay, toDay := from.UTC().Format(time.DateOnly), to.UTC().Format(time.DateOnly)
-	orgs := []string{local.DemoOrgID}
+	orgs := []string{demoOrgID}
 	// The local server settles after the response: the records come a moment after it.
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		evs, err := st.Usage(t.Context(), local.DemoOrgID, from, to)
+		evs, err := st.Usage(t.Context(), demoOrgID, from, to)
 		if err != nil {
 			t.Fatal(err)
 		}

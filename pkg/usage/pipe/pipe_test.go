@@ -20,7 +20,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/neocloud/kiln/pkg/ingest"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/store/dynamo"
@@ -172,7 +171,7 @@ func TestPipeCarriesSettledUsage(t *testing.T) {
 			rec.Change.SequenceNumber == "" || rec.Change.Keys["generation_id"].String() == "" {
 			t.Errorf("record %s: want an INSERT of the usage stream with its keys, sequence number and new image", body)
 		}
-		e, err := ingest.Decode([]byte(body))
+		e, err := usage.Decode([]byte(body))
 		if err != nil {
 			t.Fatalf("the aggregator cannot decode %s: %v", body, err)
 		}

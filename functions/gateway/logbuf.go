@@ -1,4 +1,4 @@
-package local
+package main
 
 import (
 	"context"
@@ -8,19 +8,19 @@ import (
 	"time"
 )
 
-// LogFlushEvery is how long the local server's informational log lines may wait to be written.
-const LogFlushEvery = 100 * time.Millisecond
+// logFlushEvery is how long the local server's informational log lines may wait to be written.
+const logFlushEvery = 100 * time.Millisecond
 
 // logBufferSize is how many bytes of log lines are written at once at most when they come faster.
 const logBufferSize = 32 << 10
 
-// NewLogger returns the local server's logger, JSON lines on w at level and above, and the
+// newLogger returns the local server's logger, JSON lines on w at level and above, and the
 // function that writes what is left (call it before the process exits). Lines are written in
 // batches: a line at Warn or above at once, with those before it; the others within every, or as
 // soon as logBufferSize bytes wait. Under load that is a write system call every few hundred
 // requests instead of one per request's line, which was 2 % of the server's CPU. The Lambda
 // gateway writes every line at once: the runtime may freeze it as soon as a response ends.
-func NewLogger(w io.Writer, level slog.Level, every time.Duration) (*slog.Logger, func() error) {
+func newLogger(w io.Writer, level slog.Level, every time.Duration) (*slog.Logger, func() error) {
 	b := &lineBuffer{w: w}
 	b.timer = time.AfterFunc(every, func() { _ = b.Flush() })
 	b.timer.Stop()

@@ -1,4 +1,4 @@
-package local
+package main
 
 import (
 	"encoding/json"
@@ -20,7 +20,7 @@ func lines(s string) []string {
 // order; what is left is written by the flush function.
 func TestLoggerBatchesInfo(t *testing.T) {
 	out := &syncBuffer{}
-	log, flush := NewLogger(out, slog.LevelInfo, time.Hour)
+	log, flush := newLogger(out, slog.LevelInfo, time.Hour)
 	log.Info("request", slog.Int("n", 1))
 	log.With(slog.String("component", "x")).Info("request", slog.Int("n", 2))
 	log.Debug("not logged")
@@ -50,7 +50,7 @@ func TestLoggerBatchesInfo(t *testing.T) {
 // they have waited, or once enough of them wait.
 func TestLoggerFlushesOnItsOwn(t *testing.T) {
 	out := &syncBuffer{}
-	log, _ := NewLogger(out, slog.LevelInfo, 20*time.Millisecond)
+	log, _ := newLogger(out, slog.LevelInfo, 20*time.Millisecond)
 	log.Info("request", slog.Int("n", 1))
 	for deadline := time.Now().Add(5 * time.Second); out.String() == ""; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -59,7 +59,7 @@ func TestLoggerFlushesOnItsOwn(t *testing.T) {
 	}
 
 	out = &syncBuffer{}
-	log, _ = NewLogger(out, slog.LevelInfo, time.Hour)
+	log, _ = newLogger(out, slog.LevelInfo, time.Hour)
 	long := strings.Repeat("x", 1000)
 	for i := 0; out.String() == ""; i++ {
 		if i*len(long) > 2*logBufferSize {

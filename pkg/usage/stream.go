@@ -1,4 +1,4 @@
-package ingest
+package usage
 
 import (
 	"bytes"
@@ -7,20 +7,15 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/neocloud/kiln/pkg/money"
-	"github.com/neocloud/kiln/pkg/store"
-	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // StreamEventSource is the eventSource of a DynamoDB stream record.
 const StreamEventSource = "aws:dynamodb"
-
-// StatusInProgress is the status of a usage item whose request is still running. Its stream
-// records carry nothing to fold: the record of its final status does.
-const StatusInProgress = "in_progress"
 
 // ErrNotFinal marks a message that holds no final usage record: a REMOVE, or an item whose
 // request is still in progress. The pipe's filter keeps them off the queue; one that gets through
@@ -32,31 +27,31 @@ var ErrNotFinal = errors.New("not a final usage record")
 // DynamoDB stream: the stream record itself as the message body (no envelope, no input
 // template), its NewImage the usage item in DynamoDB JSON (pkg/store/dynamo writes it;
 // docs/dynamodb.md lists its attributes).
-func decodeStreamRecord(body []byte) (usage.Event, error) {
+func decodeStreamRecord(body []byte) (Event, error) {
 	var r events.DynamoDBEventRecord
 	if err := json.Unmarshal(body, &r); err != nil {
-		return usage.Event{}, fmt.Errorf("not a DynamoDB stream record: %w", err)
+		return Event{}, fmt.Errorf("not a DynamoDB stream record: %w", err)
 	}
 	switch r.EventName {
 	case "INSERT", "MODIFY":
 	case "REMOVE":
-		return usage.Event{}, fmt.Errorf("REMOVE of a usage item: %w", ErrNotFinal)
+		return Event{}, fmt.Errorf("REMOVE of a usage item: %w", ErrNotFinal)
 	default:
-		return usage.Event{}, fmt.Errorf("stream record with eventName %q: want INSERT or MODIFY", r.EventName)
+		return Event{}, fmt.Errorf("stream record with eventName %q: want INSERT or MODIFY", r.EventName)
 	}
 	img := r.Change.NewImage
 	if img == nil {
-		return usage.Event{}, errors.New("stream record without NewImage: the table's stream must have StreamViewType NEW_IMAGE or NEW_AND_OLD_IMAGES")
+		return Event{}, errors.New("stream record without NewImage: the table's stream must have StreamViewType NEW_IMAGE or NEW_AND_OLD_IMAGES")
 	}
-	if s, ok := img["status"]; ok && s.DataType() == events.DataTypeString && s.String() == StatusInProgress {
-		return usage.Event{}, fmt.Errorf("usage item %s: %w", attrText(img, "generation_id"), ErrNotFinal)
+	if s, ok := img["status"]; ok && s.DataType() == events.DataTypeString && s.String() == string(StatusInProgress) {
+		return Event{}, fmt.Errorf("usage item %s: %w", attrText(img, "generation_id"), ErrNotFinal)
 	}
 	e, err := eventOfItem(img)
 	if err != nil {
-		return usage.Event{}, fmt.Errorf("usage item %s: %w", attrText(img, "generation_id"), err)
+		return Event{}, fmt.Errorf("usage item %s: %w", attrText(img, "generation_id"), err)
 	}
 	if err := Validate(e); err != nil {
-		return usage.Event{}, err
+		return Event{}, err
 	}
 	return e, nil
 }
@@ -65,7 +60,7 @@ func decodeStreamRecord(body []byte) (usage.Event, error) {
 // picodollars (cost_usd, the same as a decimal string, must agree when present) and started_at
 // in Unix nanoseconds. Every attribute of the event is required, with its type; attributes the
 // store keeps for itself (settled_at, day, ...) are ignored.
-func eventOfItem(img map[string]events.DynamoDBAttributeValue) (usage.Event, error) {
+func eventOfItem(img map[string]events.DynamoDBAttributeValue) (Event, error) {
 	var missing, errs []string
 	attr := func(name string, want events.DynamoDBDataType) (events.DynamoDBAttributeValue, bool) {
 		v, ok := img[name]
@@ -102,7 +97,7 @@ func eventOfItem(img map[string]events.DynamoDBAttributeValue) (usage.Event, err
 		}
 		return false
 	}
-	e := usage.Event{
+	e := Event{
 		Version:          int(num("version")),
 		GenerationID:     str("generation_id"),
 		OrgID:            str("org_id"),
@@ -110,7 +105,7 @@ func eventOfItem(img map[string]events.DynamoDBAttributeValue) (usage.Event, err
 		Model:            str("model"),
 		Endpoint:         str("endpoint"),
 		Stream:           boolean("stream"),
-		Status:           usage.Status(str("status")),
+		Status:           Status(str("status")),
 		HTTPStatus:       int(num("http_status")),
 		FinishReason:     str("finish_reason"),
 		PromptTokens:     num("prompt_tokens"),
@@ -123,7 +118,7 @@ func eventOfItem(img map[string]events.DynamoDBAttributeValue) (usage.Event, err
 		Backend:          str("backend"),
 	}
 	if started := num("started_at"); started != 0 {
-		e.StartedAt = store.FromUnixNanos(started)
+		e.StartedAt = time.Unix(0, started).UTC()
 	}
 	if v, ok := img["cost_usd"]; ok && v.DataType() == events.DataTypeString {
 		if usd, err := money.Parse(v.String()); err != nil || usd != e.Cost {
@@ -134,7 +129,7 @@ func eventOfItem(img map[string]events.DynamoDBAttributeValue) (usage.Event, err
 		errs = append([]string{"without " + strings.Join(missing, ", ")}, errs...)
 	}
 	if len(errs) > 0 {
-		return usage.Event{}, errors.New(strings.Join(errs, "; "))
+		return Event{}, errors.New(strings.Join(errs, "; "))
 	}
 	return e, nil
 }

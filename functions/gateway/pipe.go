@@ -1,4 +1,4 @@
-package local
+package main
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/neocloud/kiln/pkg/config"
-	"github.com/neocloud/kiln/pkg/ingest"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/store/dynamo"
 	"github.com/neocloud/kiln/pkg/usage"
@@ -21,13 +20,13 @@ import (
 // pipe polls a DynamoDB stream's shards about four times a second.
 const pipePoll = 250 * time.Millisecond
 
-// StartUsagePipe starts what carries settled usage events to the aggregates off Lambda, and
+// startUsagePipe starts what carries settled usage events to the aggregates off Lambda, and
 // returns how to stop it (after the gateway has settled everything: it reads the stream to its
 // end first). The embedded store folds each event as it settles it, so there is nothing to
 // start. On a local DynamoDB endpoint the stand-in for the EventBridge Pipe reads the usage
 // table's stream and hands each batch to the aggregator's own handler, as the pipe and the
 // queue do on AWS. Against DynamoDB in AWS the stack's pipe does it.
-func StartUsagePipe(ctx context.Context, cfg config.Config, st store.Store, log *slog.Logger) (stop func(), err error) {
+func startUsagePipe(ctx context.Context, cfg config.Config, st store.Store, log *slog.Logger) (stop func(), err error) {
 	ds, ok := st.(*dynamo.Store)
 	if !ok || cfg.DynamoDBEndpoint == "" {
 		how := "folded into the aggregates as they are settled"
@@ -41,7 +40,7 @@ func StartUsagePipe(ctx context.Context, cfg config.Config, st store.Store, log 
 	if err != nil {
 		return nil, fmt.Errorf("usage pipeline: %w", err)
 	}
-	p := pipe.New(ds.Client(), arn, handlerTarget{ingest.New(usage.NewAggregator(ds), log)}, log)
+	p := pipe.New(ds.Client(), arn, handlerTarget{usage.NewHandler(usage.NewAggregator(ds), log)}, log)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -64,7 +63,7 @@ func StartUsagePipe(ctx context.Context, cfg config.Config, st store.Store, log 
 // would. A batch with failures is refused whole, so that the pipe delivers it again on its next
 // poll (the fold is idempotent): locally nothing is dropped, where on AWS the queue would move a
 // message that keeps failing to its dead-letter queue.
-type handlerTarget struct{ h *ingest.Handler }
+type handlerTarget struct{ h *usage.Handler }
 
 func (t handlerTarget) Send(ctx context.Context, bodies []string) error {
 	batch := events.SQSEvent{Records: make([]events.SQSMessage, len(bodies))}

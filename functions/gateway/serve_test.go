@@ -1,4 +1,4 @@
-package local
+package main
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/neocloud/kiln/infra"
+	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/config"
 	"github.com/neocloud/kiln/pkg/store/sqlite"
 )
@@ -38,11 +38,12 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// localServer is Run in this process, with the simulator, on a fresh data directory.
+// localServer is serve in this process, with the simulator, on a fresh data directory.
 type localServer struct {
 	cfg       config.Config
 	base, key string
-	stop      func() error // ends Run as SIGTERM does, and returns what it returned
+	logs      *syncBuffer  // warnings and errors
+	stop      func() error // ends serve as SIGTERM does, and returns what it returned
 }
 
 func startLocal(t testing.TB, extra map[string]string) *localServer {
@@ -54,12 +55,12 @@ func startLocal(t testing.TB, extra map[string]string) *localServer {
 	sim := ln.Addr().String()
 	ln.Close()
 	dir := t.TempDir()
-	catalog := filepath.Join(dir, "catalog.yaml")
-	if err := os.WriteFile(catalog, bytes.ReplaceAll(infra.ReferenceCatalog, []byte("127.0.0.1:8090"), []byte(sim)), 0o600); err != nil {
+	catalogFile := filepath.Join(dir, "catalog.yaml")
+	if err := os.WriteFile(catalogFile, bytes.ReplaceAll(catalog.ReferenceYAML(), []byte(catalog.ReferenceSimulator), []byte(sim)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	env := map[string]string{"KILN_ADDR": "127.0.0.1:0", "KILN_DATA_DIR": filepath.Join(dir, "data"),
-		"KILN_CATALOG": catalog, "KILN_SIMULATOR_ADDR": sim}
+		"KILN_CATALOG": catalogFile, "KILN_SIMULATOR_ADDR": sim}
 	for k, v := range extra {
 		env[k] = v
 	}
@@ -68,14 +69,15 @@ func startLocal(t testing.TB, extra map[string]string) *localServer {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out, logs := &syncBuffer{}, &syncBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, cfg, func(k string) string { return env[k] }, slog.New(slog.DiscardHandler), out)
+		done <- serve(ctx, cfg, func(k string) string { return env[k] }, log, out)
 	}()
 	var stopped bool
 	var runErr error
-	l := &localServer{cfg: cfg, stop: func() error {
+	l := &localServer{cfg: cfg, logs: logs, stop: func() error {
 		if !stopped {
 			stopped = true
 			cancel()
@@ -104,7 +106,7 @@ func TestInProcessAggregates(t *testing.T) {
 	l := startLocal(t, nil)
 	defer func() {
 		if err := l.stop(); err != nil {
-			t.Errorf("Run: %v", err)
+			t.Errorf("serve: %v", err)
 		}
 	}()
 	base, key, cfg := l.base, l.key, l.cfg
@@ -128,7 +130,7 @@ func TestInProcessAggregates(t *testing.T) {
 	defer st.Close()
 	day := time.Now().UTC().Format(time.DateOnly)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		rs, err := st.DailyRollups(t.Context(), DemoOrgID, day, day)
+		rs, err := st.DailyRollups(t.Context(), demoOrgID, day, day)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +144,7 @@ func TestInProcessAggregates(t *testing.T) {
 }
 
 // TestShutdownPastTheGrace: a stream still open when the shutdown grace ends is cut, and settled,
-// before Run returns: the request is in the store with what it generated.
+// before serve returns: the request is in the store with what it generated.
 func TestShutdownPastTheGrace(t *testing.T) {
 	l := startLocal(t, map[string]string{"KILN_SHUTDOWN_GRACE": "300ms"})
 	req, _ := http.NewRequest(http.MethodPost, l.base+"/chat/completions", strings.NewReader(
@@ -163,18 +165,62 @@ func TestShutdownPastTheGrace(t *testing.T) {
 	}
 	go io.Copy(io.Discard, r)
 	if err := l.stop(); err != nil {
-		t.Fatalf("Run: %v", err)
+		t.Fatalf("serve: %v", err)
 	}
 	st, err := sqlite.Open(l.cfg.DataDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	ev, err := st.Generation(t.Context(), DemoOrgID, gen)
+	ev, err := st.Generation(t.Context(), demoOrgID, gen)
 	if err != nil {
 		t.Fatalf("the stream cut at shutdown was not settled: %v", err)
 	}
 	if ev.CompletionTokens <= 0 || ev.CompletionTokens >= 100 {
 		t.Errorf("settled with %d completion tokens; want what was generated before the cut", ev.CompletionTokens)
+	}
+}
+
+// TestReferenceCatalogFollowsTheSimulator: with the reference catalog (KILN_CATALOG unset), the
+// simulator started elsewhere than the catalog file's 127.0.0.1:8090 serves every model, and
+// nothing is logged against it.
+func TestReferenceCatalogFollowsTheSimulator(t *testing.T) {
+	l := startLocal(t, map[string]string{"KILN_CATALOG": ""})
+	if l.cfg.Simulator == catalog.ReferenceSimulator {
+		t.Fatalf("the simulator is on the reference address %s; the test needs it elsewhere", l.cfg.Simulator)
+	}
+	for _, model := range []string{"qwen3-32b", "gpt-oss-120b"} {
+		req, _ := http.NewRequest(http.MethodPost, l.base+"/chat/completions", strings.NewReader(
+			`{"model": "`+model+`", "messages": [{"role": "user", "content": "hello"}], "max_tokens": 3}`))
+		req.Header.Set("Authorization", "Bearer "+l.key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), "tok0 tok1 tok2") {
+			t.Errorf("%s: %d %s; want the simulator on %s to answer", model, resp.StatusCode, body, l.cfg.Simulator)
+		}
+	}
+	if logs := l.logs.String(); logs != "" {
+		t.Errorf("warnings:\n%s", logs)
+	}
+}
+
+// TestCatalogAwayFromTheSimulatorWarns: a copy of the reference catalog keeps its backends on
+// 127.0.0.1:8090 while the simulator runs elsewhere; requests would go to whatever listens there,
+// so the gateway warns that the simulator serves no model.
+func TestCatalogAwayFromTheSimulatorWarns(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "catalog.yaml")
+	if err := os.WriteFile(file, catalog.ReferenceYAML(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l := startLocal(t, map[string]string{"KILN_CATALOG": file})
+	logs := l.logs.String()
+	for _, want := range []string{`"level":"WARN"`, "the model simulator serves no model", `"addr":"` + l.cfg.Simulator + `"`} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("logs lack %q:\n%s", want, logs)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package ingest
+package usage
 
 import (
 	"context"
@@ -12,13 +12,12 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/neocloud/kiln/pkg/money"
-	"github.com/neocloud/kiln/pkg/usage"
 )
 
-func validEvent() usage.Event {
-	return usage.Event{
-		Version: usage.SchemaVersion, GenerationID: "gen-01JDZ8K3W6Q2V7N4R5T8Y9B0CD", OrgID: "org_a", KeyID: "kiln-AbC123xY",
-		Model: "gpt-oss-120b", Endpoint: "/v1/chat/completions", Stream: true, Status: usage.StatusCompleted,
+func validEvent() Event {
+	return Event{
+		Version: SchemaVersion, GenerationID: "gen-01JDZ8K3W6Q2V7N4R5T8Y9B0CD", OrgID: "org_a", KeyID: "kiln-AbC123xY",
+		Model: "gpt-oss-120b", Endpoint: "/v1/chat/completions", Stream: true, Status: StatusCompleted,
 		HTTPStatus: 200, FinishReason: "stop", PromptTokens: 9, CompletionTokens: 12, Cost: 1155 * money.Picodollar * 1000,
 		StartedAt: time.Date(2026, 11, 29, 17, 20, 0, 0, time.UTC), TTFTMillis: 80, DurationMillis: 400, Backend: "b",
 	}
@@ -47,24 +46,24 @@ func TestDecode(t *testing.T) {
 		body   string
 		errHas string // "" for valid
 	}{
-		{"valid", envelope(t, validEvent(), Source, DetailType), ""},
+		{"valid", envelope(t, validEvent(), EnvelopeSource, EnvelopeDetailType), ""},
 		{"not JSON", "{", "neither a DynamoDB stream record nor an EventBridge envelope"},
-		{"wrong source", envelope(t, validEvent(), "other", DetailType), "source"},
-		{"wrong detail-type", envelope(t, validEvent(), Source, "other"), "detail-type"},
-		{"detail not an object", envelope(t, []int{1}, Source, DetailType), "not a JSON object"},
-		{"missing field", envelope(t, asMap(func(m map[string]any) { delete(m, "org_id"); delete(m, "cost") }), Source, DetailType), "without org_id, cost"},
-		{"unknown field", envelope(t, asMap(func(m map[string]any) { m["extra"] = 1 }), Source, DetailType), "unknown field"},
-		{"cost as a number", envelope(t, asMap(func(m map[string]any) { m["cost"] = 0.5 }), Source, DetailType), "decimal string"},
-		{"bad cost", envelope(t, asMap(func(m map[string]any) { m["cost"] = "1e-6" }), Source, DetailType), "usage event"},
-		{"negative cost", envelope(t, asMap(func(m map[string]any) { m["cost"] = "-1" }), Source, DetailType), "negative"},
-		{"bad version", envelope(t, asMap(func(m map[string]any) { m["version"] = 2 }), Source, DetailType), "version"},
-		{"bad id", envelope(t, asMap(func(m map[string]any) { m["generation_id"] = "x" }), Source, DetailType), "generation_id"},
-		{"bad status", envelope(t, asMap(func(m map[string]any) { m["status"] = "done" }), Source, DetailType), "status"},
-		{"cached above prompt", envelope(t, asMap(func(m map[string]any) { m["cached_tokens"] = 10 }), Source, DetailType), "cached_tokens"},
-		{"zero time", envelope(t, asMap(func(m map[string]any) { m["started_at"] = "0001-01-01T00:00:00Z" }), Source, DetailType), "started_at"},
-		{"model over 256 bytes", envelope(t, asMap(func(m map[string]any) { m["model"] = strings.Repeat("m", 257) }), Source, DetailType), "model of 257 bytes"},
-		{"finish_reason over 64 bytes", envelope(t, asMap(func(m map[string]any) { m["finish_reason"] = strings.Repeat("f", 65) }), Source, DetailType), "finish_reason of 65 bytes"},
-		{"backend over 256 bytes", envelope(t, asMap(func(m map[string]any) { m["backend"] = strings.Repeat("b", 257) }), Source, DetailType), "backend of 257 bytes"},
+		{"wrong source", envelope(t, validEvent(), "other", EnvelopeDetailType), "source"},
+		{"wrong detail-type", envelope(t, validEvent(), EnvelopeSource, "other"), "detail-type"},
+		{"detail not an object", envelope(t, []int{1}, EnvelopeSource, EnvelopeDetailType), "not a JSON object"},
+		{"missing field", envelope(t, asMap(func(m map[string]any) { delete(m, "org_id"); delete(m, "cost") }), EnvelopeSource, EnvelopeDetailType), "without org_id, cost"},
+		{"unknown field", envelope(t, asMap(func(m map[string]any) { m["extra"] = 1 }), EnvelopeSource, EnvelopeDetailType), "unknown field"},
+		{"cost as a number", envelope(t, asMap(func(m map[string]any) { m["cost"] = 0.5 }), EnvelopeSource, EnvelopeDetailType), "decimal string"},
+		{"bad cost", envelope(t, asMap(func(m map[string]any) { m["cost"] = "1e-6" }), EnvelopeSource, EnvelopeDetailType), "usage event"},
+		{"negative cost", envelope(t, asMap(func(m map[string]any) { m["cost"] = "-1" }), EnvelopeSource, EnvelopeDetailType), "negative"},
+		{"bad version", envelope(t, asMap(func(m map[string]any) { m["version"] = 2 }), EnvelopeSource, EnvelopeDetailType), "version"},
+		{"bad id", envelope(t, asMap(func(m map[string]any) { m["generation_id"] = "x" }), EnvelopeSource, EnvelopeDetailType), "generation_id"},
+		{"bad status", envelope(t, asMap(func(m map[string]any) { m["status"] = "done" }), EnvelopeSource, EnvelopeDetailType), "status"},
+		{"cached above prompt", envelope(t, asMap(func(m map[string]any) { m["cached_tokens"] = 10 }), EnvelopeSource, EnvelopeDetailType), "cached_tokens"},
+		{"zero time", envelope(t, asMap(func(m map[string]any) { m["started_at"] = "0001-01-01T00:00:00Z" }), EnvelopeSource, EnvelopeDetailType), "started_at"},
+		{"model over 256 bytes", envelope(t, asMap(func(m map[string]any) { m["model"] = strings.Repeat("m", 257) }), EnvelopeSource, EnvelopeDetailType), "model of 257 bytes"},
+		{"finish_reason over 64 bytes", envelope(t, asMap(func(m map[string]any) { m["finish_reason"] = strings.Repeat("f", 65) }), EnvelopeSource, EnvelopeDetailType), "finish_reason of 65 bytes"},
+		{"backend over 256 bytes", envelope(t, asMap(func(m map[string]any) { m["backend"] = strings.Repeat("b", 257) }), EnvelopeSource, EnvelopeDetailType), "backend of 257 bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, err := Decode([]byte(tc.body))
@@ -82,7 +81,7 @@ func TestDecode(t *testing.T) {
 
 type recorder struct{ failOn string }
 
-func (r recorder) Record(_ context.Context, e usage.Event) error {
+func (r recorder) Record(_ context.Context, e Event) error {
 	if e.GenerationID == r.failOn {
 		return errors.New("store unavailable")
 	}
@@ -94,11 +93,11 @@ func TestHandleReportsOnlyFailures(t *testing.T) {
 	failing := validEvent()
 	failing.GenerationID = "gen-RECORDFAILS"
 	batch := events.SQSEvent{Records: []events.SQSMessage{
-		{MessageId: "m1", Body: envelope(t, ok, Source, DetailType)},
+		{MessageId: "m1", Body: envelope(t, ok, EnvelopeSource, EnvelopeDetailType)},
 		{MessageId: "m2", Body: "nope"},
-		{MessageId: "m3", Body: envelope(t, failing, Source, DetailType)},
+		{MessageId: "m3", Body: envelope(t, failing, EnvelopeSource, EnvelopeDetailType)},
 	}}
-	resp, err := New(recorder{failOn: failing.GenerationID}, nil).Handle(context.Background(), batch)
+	resp, err := NewHandler(recorder{failOn: failing.GenerationID}, nil).Handle(context.Background(), batch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,14 +109,14 @@ func TestHandleReportsOnlyFailures(t *testing.T) {
 		t.Errorf("failures %v, want [m2 m3]", ids)
 	}
 
-	resp, _ = New(recorder{}, nil).Handle(context.Background(), events.SQSEvent{Records: batch.Records[:1]})
+	resp, _ = NewHandler(recorder{}, nil).Handle(context.Background(), events.SQSEvent{Records: batch.Records[:1]})
 	if b, _ := json.Marshal(resp); string(b) != `{"batchItemFailures":[]}` {
 		t.Errorf("all good: %s, want an empty list (never null)", b)
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	resp, _ = New(recorder{}, nil).Handle(ctx, events.SQSEvent{Records: batch.Records[:1]})
+	resp, _ = NewHandler(recorder{}, nil).Handle(ctx, events.SQSEvent{Records: batch.Records[:1]})
 	if len(resp.BatchItemFailures) != 1 {
 		t.Errorf("after the invocation ended: %v, want the message back", resp.BatchItemFailures)
 	}
@@ -125,7 +124,7 @@ func TestHandleReportsOnlyFailures(t *testing.T) {
 
 // streamRecord is the pipe's message for e: its usage item as the DynamoDB store writes it, as
 // the NewImage of a stream record.
-func streamRecord(t *testing.T, eventName string, e usage.Event, mod func(img map[string]events.DynamoDBAttributeValue)) string {
+func streamRecord(t *testing.T, eventName string, e Event, mod func(img map[string]events.DynamoDBAttributeValue)) string {
 	t.Helper()
 	n := func(v int64) events.DynamoDBAttributeValue {
 		return events.NewNumberAttribute(strconv.FormatInt(v, 10))
@@ -205,7 +204,7 @@ func TestDecodeStreamRecord(t *testing.T) {
 		})
 	}
 	// A record that is not final is acknowledged, not redelivered.
-	resp, _ := New(recorder{}, nil).Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
+	resp, _ := NewHandler(recorder{}, nil).Handle(context.Background(), events.SQSEvent{Records: []events.SQSMessage{
 		{MessageId: "m1", Body: streamRecord(t, "REMOVE", e, nil)}, {MessageId: "m2", Body: streamRecord(t, "INSERT", e, nil)}}})
 	if len(resp.BatchItemFailures) != 0 {
 		t.Errorf("failures %v, want none", resp.BatchItemFailures)

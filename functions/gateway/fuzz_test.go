@@ -1,4 +1,4 @@
-package local
+package main
 
 import (
 	"bufio"
@@ -134,9 +134,9 @@ func (fz *requestFuzz) checkSettled(t *testing.T, id string) {
 	ctx := context.Background()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		ev, err := fz.st.Generation(ctx, DemoOrgID, id)
+		ev, err := fz.st.Generation(ctx, demoOrgID, id)
 		if err == nil {
-			entries, err := fz.st.Ledger(ctx, DemoOrgID)
+			entries, err := fz.st.Ledger(ctx, demoOrgID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -171,7 +171,7 @@ func (fz *requestFuzz) checkIdle(t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		held, err := fz.st.InFlight(context.Background(), DemoOrgID, time.Now())
+		held, err := fz.st.InFlight(context.Background(), demoOrgID, time.Now())
 		if err == nil && len(held) == 0 {
 			return
 		}
@@ -185,7 +185,7 @@ func (fz *requestFuzz) checkIdle(t *testing.T) {
 // noDebitWithoutEvent checks the whole ledger once the fuzzing is over.
 func (fz *requestFuzz) noDebitWithoutEvent(t testing.TB) {
 	ctx := context.Background()
-	entries, err := fz.st.Ledger(ctx, DemoOrgID)
+	entries, err := fz.st.Ledger(ctx, demoOrgID)
 	if err != nil {
 		t.Error(err)
 		return
@@ -194,7 +194,7 @@ func (fz *requestFuzz) noDebitWithoutEvent(t testing.TB) {
 		if e.Kind != store.EntryDebit {
 			continue
 		}
-		if ev, err := fz.st.Generation(ctx, DemoOrgID, e.ID); err != nil || ev.Cost != -e.Amount {
+		if ev, err := fz.st.Generation(ctx, demoOrgID, e.ID); err != nil || ev.Cost != -e.Amount {
 			t.Errorf("debit %s of %s: its event %+v, %v", e.ID, e.Amount, ev, err)
 		}
 	}

@@ -1,14 +1,15 @@
-// Package ingest takes usage events off the SQS queue that the EventBridge Pipe fills from the
+// The aggregator function's side of the usage pipeline. Handler takes usage events off the SQS queue that the EventBridge Pipe fills from the
 // usage table's DynamoDB stream: each message body is one stream record whose NewImage is the
 // usage item (events/sqs-pipe-usage-batch.json). Messages an EventBridge rule delivered before
 // the pipe existed (an envelope with source kiln.gateway, detail-type usage.recorded and the
-// usage.Event as its detail) are still read, so that an upgrade loses none in flight. Messages
+// Event as its detail) are still read, so that an upgrade loses none in flight. Messages
 // that decode and validate go to a Recorder; the ids of the others, and of those the Recorder
 // refused, go back as batch item failures, so that SQS redelivers only them and, after the
 // queue's maxReceiveCount, moves them to the dead-letter queue (the event source mapping must have
 // ReportBatchItemFailures on). Records that hold no final usage record (ErrNotFinal) are
 // acknowledged.
-package ingest
+
+package usage
 
 import (
 	"bytes"
@@ -22,21 +23,20 @@ import (
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
-	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // The envelope fields of the usage events the gateway published with PutEvents before the usage
 // table's stream replaced them (contract section 8).
 const (
-	Source     = "kiln.gateway"
-	DetailType = "usage.recorded"
+	EnvelopeSource     = "kiln.gateway"
+	EnvelopeDetailType = "usage.recorded"
 )
 
-// Recorder takes each valid usage event: usage.Aggregator, the fold into per organization × day ×
+// Recorder takes each valid usage event: Aggregator, the fold into per organization × day ×
 // model and per month roll-ups, idempotent by generation id. An error makes the message a batch
 // item failure, to be delivered again.
 type Recorder interface {
-	Record(ctx context.Context, e usage.Event) error
+	Record(ctx context.Context, e Event) error
 }
 
 // Handler processes SQS batches of usage events.
@@ -67,7 +67,7 @@ func (h *Handler) Invoke(ctx context.Context, payload json.RawMessage) (any, err
 }
 
 // New returns a Handler that hands valid events to rec. A nil log discards.
-func New(rec Recorder, log *slog.Logger) *Handler {
+func NewHandler(rec Recorder, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -113,20 +113,20 @@ func (h *Handler) one(ctx context.Context, m events.SQSMessage) error {
 // pipe delivers it, or an EventBridge envelope with the usage event in its detail. A record that
 // holds no final usage record is ErrNotFinal. In an envelope every field of the event is required
 // and no other is allowed (the schema is events/usage-event.schema.json).
-func Decode(body []byte) (usage.Event, error) {
+func Decode(body []byte) (Event, error) {
 	if isStreamRecord(body) {
 		return decodeStreamRecord(body)
 	}
 	var env events.EventBridgeEvent
 	if err := json.Unmarshal(body, &env); err != nil {
-		return usage.Event{}, fmt.Errorf("neither a DynamoDB stream record nor an EventBridge envelope: %w", err)
+		return Event{}, fmt.Errorf("neither a DynamoDB stream record nor an EventBridge envelope: %w", err)
 	}
-	if env.Source != Source || env.DetailType != DetailType {
-		return usage.Event{}, fmt.Errorf("envelope source %q, detail-type %q: want %q, %q", env.Source, env.DetailType, Source, DetailType)
+	if env.Source != EnvelopeSource || env.DetailType != EnvelopeDetailType {
+		return Event{}, fmt.Errorf("envelope source %q, detail-type %q: want %q, %q", env.Source, env.DetailType, EnvelopeSource, EnvelopeDetailType)
 	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(env.Detail, &fields); err != nil || fields == nil {
-		return usage.Event{}, errors.New("detail is not a JSON object")
+		return Event{}, errors.New("detail is not a JSON object")
 	}
 	var missing []string
 	for _, name := range eventFields {
@@ -135,19 +135,19 @@ func Decode(body []byte) (usage.Event, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return usage.Event{}, fmt.Errorf("usage event without %s", strings.Join(missing, ", "))
+		return Event{}, fmt.Errorf("usage event without %s", strings.Join(missing, ", "))
 	}
 	if c := fields["cost"]; len(c) == 0 || c[0] != '"' {
-		return usage.Event{}, errors.New("cost: want a decimal string")
+		return Event{}, errors.New("cost: want a decimal string")
 	}
 	dec := json.NewDecoder(bytes.NewReader(env.Detail))
 	dec.DisallowUnknownFields()
-	var e usage.Event
+	var e Event
 	if err := dec.Decode(&e); err != nil {
-		return usage.Event{}, fmt.Errorf("usage event: %w", err)
+		return Event{}, fmt.Errorf("usage event: %w", err)
 	}
 	if err := Validate(e); err != nil {
-		return usage.Event{}, err
+		return Event{}, err
 	}
 	return e, nil
 }
@@ -155,11 +155,11 @@ func Decode(body []byte) (usage.Event, error) {
 var generationID = regexp.MustCompile(`^gen-[0-9A-Za-z]{1,64}$`)
 
 // Validate checks what a usage event's fields may hold, reporting every problem together.
-func Validate(e usage.Event) error {
+func Validate(e Event) error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if e.Version != usage.SchemaVersion {
-		bad("version %d: want %d", e.Version, usage.SchemaVersion)
+	if e.Version != SchemaVersion {
+		bad("version %d: want %d", e.Version, SchemaVersion)
 	}
 	if !generationID.MatchString(e.GenerationID) {
 		bad("generation_id %q: want gen- and up to 64 letters or digits", e.GenerationID)
@@ -176,8 +176,8 @@ func Validate(e usage.Event) error {
 		bad("endpoint %q: want /v1/chat/completions or /v1/completions", e.Endpoint)
 	}
 	switch e.Status {
-	case usage.StatusCompleted, usage.StatusClientDisconnected, usage.StatusUpstreamError, usage.StatusDeadlineExceeded,
-		usage.StatusSlotLost, usage.StatusRejected:
+	case StatusCompleted, StatusClientDisconnected, StatusUpstreamError, StatusDeadlineExceeded,
+		StatusSlotLost, StatusRejected:
 	default:
 		bad("status %q: want completed, client_disconnected, upstream_error, deadline_exceeded, slot_lost or rejected", e.Status)
 	}
@@ -200,21 +200,21 @@ func Validate(e usage.Event) error {
 		bad("negative ttft_ms or duration_ms")
 	}
 	// The gateway bounds what clients and backends put in these; a longer one did not come from it.
-	if len(e.Model) > usage.MaxModelLen {
-		bad("model of %d bytes: at most %d", len(e.Model), usage.MaxModelLen)
+	if len(e.Model) > MaxModelLen {
+		bad("model of %d bytes: at most %d", len(e.Model), MaxModelLen)
 	}
-	if len(e.FinishReason) > usage.MaxFinishReasonLen {
-		bad("finish_reason of %d bytes: at most %d", len(e.FinishReason), usage.MaxFinishReasonLen)
+	if len(e.FinishReason) > MaxFinishReasonLen {
+		bad("finish_reason of %d bytes: at most %d", len(e.FinishReason), MaxFinishReasonLen)
 	}
-	if len(e.Backend) > usage.MaxModelLen {
-		bad("backend of %d bytes: at most %d", len(e.Backend), usage.MaxModelLen)
+	if len(e.Backend) > MaxModelLen {
+		bad("backend of %d bytes: at most %d", len(e.Backend), MaxModelLen)
 	}
 	return errors.Join(errs...)
 }
 
-// eventFields are the JSON names of usage.Event, all required.
+// eventFields are the JSON names of Event, all required.
 var eventFields = func() []string {
-	t := reflect.TypeFor[usage.Event]()
+	t := reflect.TypeFor[Event]()
 	names := make([]string, 0, t.NumField())
 	for i := range t.NumField() {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")

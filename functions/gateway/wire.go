@@ -1,0 +1,129 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	"github.com/neocloud/kiln/pkg/catalog"
+	"github.com/neocloud/kiln/pkg/config"
+	"github.com/neocloud/kiln/pkg/gateway"
+	"github.com/neocloud/kiln/pkg/secret"
+	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/store/dynamo"
+	"github.com/neocloud/kiln/pkg/store/sqlite"
+	"github.com/neocloud/kiln/pkg/upstream"
+)
+
+// loadCatalog loads the configured catalog, or the reference catalog with its backends on the
+// model simulator's address (warning, off Lambda, when no simulator is started for them).
+func loadCatalog(cfg config.Config, log *slog.Logger) (*catalog.Catalog, error) {
+	if cfg.Catalog != "" {
+		cat, err := catalog.Load(cfg.Catalog)
+		if err != nil {
+			return nil, fmt.Errorf("catalog: %w", err)
+		}
+		return cat, nil
+	}
+	if cfg.Simulator == "" && !cfg.OnLambda {
+		log.Warn("the reference catalog's backends are the model simulator, which is not started: set KILN_SIMULATOR_ADDR (make run does) or KILN_CATALOG",
+			slog.String("backends", catalog.ReferenceSimulator))
+	}
+	cat, err := catalog.Reference(cfg.Simulator)
+	if err != nil {
+		return nil, fmt.Errorf("reference catalog: %w", err)
+	}
+	return cat, nil
+}
+
+// openStore opens the store the configuration names; embedded are the embedded store's options.
+// The embedded store always folds usage into its aggregates at settlement (it has no stream to
+// carry events on). Opening the DynamoDB store does not call DynamoDB: the first request finds
+// out whether the tables and credentials are there.
+func openStore(ctx context.Context, cfg config.Config, embedded sqlite.Options) (store.Store, error) {
+	if cfg.Store == config.StoreDynamoDB {
+		s, err := dynamo.Open(ctx, dynamo.Config{TablePrefix: cfg.TablePrefix, Endpoint: cfg.DynamoDBEndpoint, Region: cfg.Region})
+		if err != nil {
+			return nil, fmt.Errorf("open DynamoDB store (tables %s*): %w", cfg.TablePrefix, err)
+		}
+		return s, nil
+	}
+	s, err := sqlite.OpenWith(cfg.DataDir, embedded)
+	if err != nil {
+		return nil, fmt.Errorf("open embedded store in %s: %w", cfg.DataDir, err)
+	}
+	return s, nil
+}
+
+// createLocalTables creates, on a local DynamoDB endpoint (DynamoDB Local, moto), the tables
+// that do not exist yet and turns point-in-time recovery on where the server has it, as
+// template.yaml does. A local DynamoDB starts empty; in AWS the tables come from the template and
+// are never created here.
+func createLocalTables(ctx context.Context, cfg config.Config, st store.Store, log *slog.Logger, out io.Writer) error {
+	ds, ok := st.(*dynamo.Store)
+	if !ok || cfg.DynamoDBEndpoint == "" {
+		return nil
+	}
+	created, err := ds.CreateTables(ctx)
+	if err != nil {
+		return fmt.Errorf("create tables on %s: %w", cfg.DynamoDBEndpoint, err)
+	}
+	if err := ds.EnablePointInTimeRecovery(ctx); err != nil && !errors.Is(err, dynamo.ErrNoPointInTimeRecovery) {
+		return fmt.Errorf("on %s: %w", cfg.DynamoDBEndpoint, err)
+	}
+	if len(created) > 0 {
+		fmt.Fprintf(out, "Created DynamoDB tables on %s: %s\n", cfg.DynamoDBEndpoint, strings.Join(created, ", "))
+	}
+	log.Info("dynamodb tables ready", slog.String("endpoint", cfg.DynamoDBEndpoint),
+		slog.String("orgs", ds.Tables().Orgs), slog.Int("created", len(created)))
+	return nil
+}
+
+// gatewayOptions are the gateway's options as the configuration sets them, the same on Lambda
+// and off it; the caller adds whether settlement may run in the background. Nothing is published
+// per request: the usage table (its stream on DynamoDB) carries the events on.
+func gatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, getenv func(string) string, tokens map[string]upstream.TokenSource, log *slog.Logger) gateway.Options {
+	var metrics *gateway.Metrics
+	if cfg.MetricsNamespace != "" {
+		// Beside the log, on stdout: on Lambda both reach the function's log group.
+		metrics = gateway.NewMetrics(os.Stdout, cfg.MetricsNamespace)
+	}
+	return gateway.Options{
+		Metrics: metrics,
+		Store:   st,
+		Catalog: cat,
+		Upstream: upstream.New(cat, upstream.Options{
+			ConnectTimeout: cfg.ConnectTimeout,
+			HeaderTimeout:  cfg.HeaderTimeout,
+			Getenv:         getenv,
+			Tokens:         tokens,
+		}),
+		Logger:        log,
+		MaxBody:       cfg.MaxBody,
+		BodyTimeout:   cfg.RequestBodyTimeout,
+		Keepalive:     cfg.Keepalive,
+		LeaseTTL:      cfg.LeaseTTL,
+		CacheTTL:      cfg.CacheTTL,
+		SettleReserve: cfg.SettleReserve,
+		AdmitTimeout:  cfg.AdmitTimeout,
+		SettleWait:    cfg.SettleWait,
+	}
+}
+
+// backendTokens opens the backends' token in Secrets Manager that KILN_BACKEND_SECRET names (read
+// once now, then cached and re-read as pkg/secret says); catalog backends whose api_key_env is
+// KILN_BACKEND_API_KEY take it. Without the setting the tokens come from the environment.
+func backendTokens(ctx context.Context, cfg config.Config, log *slog.Logger) (map[string]upstream.TokenSource, error) {
+	if cfg.BackendSecret == "" {
+		return nil, nil
+	}
+	src, err := secret.Open(ctx, cfg.BackendSecret, cfg.Region, secret.Options{Log: log})
+	if err != nil {
+		return nil, fmt.Errorf("backend secret (KILN_BACKEND_SECRET): %w", err)
+	}
+	return map[string]upstream.TokenSource{config.BackendSecretEnv: src}, nil
+}
