@@ -446,6 +446,7 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 		p("")
 	}
 
+	r.reportRates(p)
 	// Cold start.
 	if lc := r.Cold.lambda; len(r.Cold.gateway) > 0 || r.Cold.err != nil || len(lc.dynamo.cold) > 0 || len(lc.sqlite.cold) > 0 || lc.err != nil {
 		p("## Cold start")

@@ -1,0 +1,87 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+)
+
+// ReportRates writes only the section of the CPU a request costs at a fixed rate, and the run's
+// errors: the report of a run with Config.OnlyRates.
+func (r *Results) ReportRates(w io.Writer) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	r.reportRates(p)
+	for _, e := range r.Errors {
+		p("- error: %s", e)
+	}
+}
+
+// reportRates writes the section of the CPU a request costs at a fixed rate, and the target rows
+// it decides.
+func (r *Results) reportRates(p func(string, ...any)) {
+	rs := r.Rates
+	if len(rs.rows) == 0 && rs.err == nil {
+		return
+	}
+	p("## CPU per request at a fixed rate")
+	p("")
+	p("Non-streamed requests sent at a fixed rate (open loop: each is sent when it is due, whatever the answers' pace), %d", r.Cfg.RateRounds)
+	p("rounds of %v at %d req/s and of %v at 500 req/s, in an order that reverses every round. The figure is the serving", rs.phaseFor, lowRate, rs.phaseFor/2)
+	p("process's CPU over the whole window, idle time included, divided by the requests answered: read from its CPU-time")
+	p("clock (`clock_getcpuclockid`, the kernel's count to the nanosecond, threads included), so that what the process")
+	p("spends per second whether or not a request comes (timers, tickers, collections) is charged to the requests it")
+	p("served. At 500 req/s such costs are spread thinly; at %d req/s they are not, and on Lambda every instance serves", lowRate)
+	p("one request at a time, so the low rate is the figure that counts there. The local server is `functions/gateway`")
+	p("serving HTTP, as in the rest of this report; the Lambda `bootstrap` is the release build under the loopback Runtime")
+	p("API of the cold-start section, one invocation at a time (a function URL event carrying the request), on DynamoDB")
+	p("Local with its tables created and seeded by `kilnctl`. The local server on DynamoDB Local also runs the local")
+	p("stand-in of the EventBridge Pipe, which reads the usage table's stream four times a second and folds each settled")
+	p("request into the aggregates in the same process; on AWS the stack's pipe and the aggregator function do that, so")
+	p("the bootstrap's row is the DynamoDB path as it runs on AWS.")
+	p("")
+	base := false
+	for _, row := range rs.rows {
+		base = base || row.baseline != nil
+	}
+	head, sep := "| process | store | rate | CPU per request, ms | p50 latency, ms | target |", "| --- | --- | --- | --- | --- | --- |"
+	if base {
+		head, sep = head+" baseline, ms | gateway / baseline |", sep+" --- | --- |"
+	}
+	p("%s", head)
+	p("%s", sep)
+	for _, row := range rs.rows {
+		cpu := perRate(row.gw, ratePhase.cpuPerRequest)
+		lat := perRate(row.gw, func(ph ratePhase) float64 { return ms(ph.total.q(.5)) })
+		target := ""
+		if row.target > 0 {
+			target = fmt.Sprintf("≤ %.1f ms (issue 19): %s", row.target, verdict(cpu.median() <= row.target))
+		}
+		line := fmt.Sprintf("| %s | %s | %.0f req/s | %s | %s | %s |", row.gateway.name, row.what, row.rate, cpu.fmt("%.3f"), lat.fmt("%.2f"), target)
+		if base {
+			if row.baseline != nil {
+				b := perRate(row.base, ratePhase.cpuPerRequest)
+				ratio := make(spread, 0, len(row.gw))
+				for i := range min(len(row.gw), len(row.base)) {
+					ratio = append(ratio, row.gw[i].cpuPerRequest()/row.base[i].cpuPerRequest())
+				}
+				line += fmt.Sprintf(" %s | %s |", b.fmt("%.3f"), ratio.fmt("%.2f"))
+			} else {
+				line += " | |"
+			}
+		}
+		p("%s", line)
+	}
+	if rs.err != nil {
+		p("")
+		p("Error: %v", rs.err)
+	}
+	p("")
+}
+
+// perRate is f of each round's phase.
+func perRate(ps []ratePhase, f func(ratePhase) float64) spread {
+	s := make(spread, 0, len(ps))
+	for _, ph := range ps {
+		s = append(s, f(ph))
+	}
+	return s
+}
