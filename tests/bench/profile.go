@@ -18,11 +18,12 @@ import (
 	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
 )
 
-// Profile runs the gateway built with a pprof listener (cmd/gatewayprof) under the two loads that
-// matter, non-streaming at 8 connections and 1,000-token streams, and saves a CPU profile of
-// each in dir, then profiles at 20 req/s on each store (only those with cfg.OnlyRates), then a heap profile (also as text, which ends with the runtime's MemStats, stacks
-// included) and a goroutine dump with cfg.Streams slow streams open;
-// `go tool pprof -top` of each profile goes to cfg.Log.
+// Profile runs the gateway built with a pprof listener (cmd/gatewayprof) under the loads that
+// matter, non-streaming at 8 connections, 1,000-token streams, and non-streaming at 20 req/s on
+// each store (only those with cfg.OnlyRates), and saves a CPU profile of each in dir, then a
+// heap profile (also as text, which ends with the runtime's MemStats, stacks included) and a
+// goroutine dump with cfg.Streams slow streams open; `go tool pprof -top` of each profile goes to
+// cfg.Log.
 func Profile(cfg Config, dir string, seconds int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err

@@ -44,6 +44,7 @@ type ratePhase struct {
 	requests, errs int
 	firstErr       error
 	cpu            time.Duration // the process's CPU over the window
+	switches       int64         // its threads' context switches over the window
 	elapsed        time.Duration
 	total          latencies // from when each request was due to the end of its answer
 }
@@ -55,6 +56,13 @@ func (p ratePhase) cpuPerRequest() float64 {
 	return ms(p.cpu) / float64(p.requests)
 }
 
+func (p ratePhase) switchesPerRequest() float64 {
+	if p.requests == 0 {
+		return 0
+	}
+	return float64(p.switches) / float64(p.requests)
+}
+
 // rateLoop sends requests to s at rate for dur, each at its due time whatever the answers' pace,
 // and reads s's CPU before the first and after the last answer.
 func rateLoop(s server, rate float64, dur time.Duration) ratePhase {
@@ -63,6 +71,7 @@ func rateLoop(s server, rate float64, dur time.Duration) ratePhase {
 	var wg sync.WaitGroup
 	interval := time.Duration(float64(time.Second) / rate)
 	cpu0, err0 := processCPU(s.pid)
+	sw0, errSw0 := contextSwitches(s.pid)
 	start := time.Now()
 	for i := 0; ; i++ {
 		due := start.Add(time.Duration(i) * interval)
@@ -88,10 +97,11 @@ func rateLoop(s server, rate float64, dur time.Duration) ratePhase {
 	wg.Wait()
 	p.elapsed = time.Since(start)
 	cpu1, err1 := processCPU(s.pid)
-	if err := errors.Join(err0, err1); err != nil && p.firstErr == nil {
+	sw1, errSw1 := contextSwitches(s.pid)
+	if err := errors.Join(err0, err1, errSw0, errSw1); err != nil && p.firstErr == nil {
 		p.firstErr = err
 	}
-	p.cpu = cpu1 - cpu0
+	p.cpu, p.switches = cpu1-cpu0, sw1-sw0
 	p.total = p.total.sorted()
 	return p
 }
@@ -124,7 +134,17 @@ func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults 
 	}
 	sqlite := &rateRow{what: "embedded store", rate: lowRate, target: 1.2, gateway: httpServer("gateway", st.gw, st.key)}
 	sqliteHigh := &rateRow{what: "embedded store", rate: 500, gateway: sqlite.gateway}
-	res.rows = []*rateRow{sqlite, sqliteHigh}
+	// What any Go net/http proxy costs here at the same rate: one request in, one round trip out.
+	bare := &rateRow{what: "none (bare proxy)", rate: lowRate, gateway: server{name: "bare proxy", pid: st.proxy.pid(),
+		send: func() func() error {
+			c := newClient(16)
+			body := st.bare.body(nonStreaming)
+			return func() error {
+				_, err := call(context.Background(), c, st.bare, body, false)
+				return err
+			}
+		}()}}
+	res.rows = []*rateRow{bare, sqlite, sqliteHigh}
 
 	var stop []func()
 	defer func() {
@@ -190,11 +210,11 @@ func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults 
 				}
 			}
 			row.gw = append(row.gw, gw)
-			line := fmt.Sprintf("rate %.0f/s, %s round %d: gateway %.3f ms CPU per request (%d requests, %d errors, p50 %v)",
-				row.rate, row.what, r+1, gw.cpuPerRequest(), gw.requests, gw.errs, gw.total.q(.5))
+			line := fmt.Sprintf("rate %.0f/s, %s round %d: %s %.3f ms CPU, %.1f context switches per request (%d requests, %d errors, p50 %v)",
+				row.rate, row.what, r+1, row.gateway.name, gw.cpuPerRequest(), gw.switchesPerRequest(), gw.requests, gw.errs, gw.total.q(.5))
 			if row.baseline != nil {
 				row.base = append(row.base, base)
-				line += fmt.Sprintf("; baseline %.3f ms (%d requests, %d errors)", base.cpuPerRequest(), base.requests, base.errs)
+				line += fmt.Sprintf("; baseline %.3f ms, %.1f switches (%d requests, %d errors)", base.cpuPerRequest(), base.switchesPerRequest(), base.requests, base.errs)
 			}
 			logf("%s", line)
 		}

@@ -5,8 +5,9 @@ import (
 	"io"
 )
 
-// ReportRates writes only the section of the CPU a request costs at a fixed rate, and the run's
-// errors: the report of a run with Config.OnlyRates.
+// ReportRates writes only the section of the CPU a request costs at a fixed rate, the comparison
+// with the baseline gateway when there is one, and the run's errors: the report of a run with
+// Config.OnlyRates.
 func (r *Results) ReportRates(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	r.reportRates(p)
@@ -15,9 +16,10 @@ func (r *Results) ReportRates(w io.Writer) {
 	}
 }
 
-// reportRates writes the section of the CPU a request costs at a fixed rate, and the target rows
-// it decides.
+// reportRates writes the section of the CPU a request costs at a fixed rate, then the comparison
+// with the baseline gateway when there is one.
 func (r *Results) reportRates(p func(string, ...any)) {
+	defer r.reportBaseline(p)
 	rs := r.Rates
 	if len(rs.rows) == 0 && rs.err == nil {
 		return
@@ -42,7 +44,7 @@ func (r *Results) reportRates(p func(string, ...any)) {
 	for _, row := range rs.rows {
 		base = base || row.baseline != nil
 	}
-	head, sep := "| process | store | rate | CPU per request, ms | p50 latency, ms | target |", "| --- | --- | --- | --- | --- | --- |"
+	head, sep := "| process | store | rate | CPU per request, ms | context switches per request | p50 latency, ms | target |", "| --- | --- | --- | --- | --- | --- | --- |"
 	if base {
 		head, sep = head+" baseline, ms | gateway / baseline |", sep+" --- | --- |"
 	}
@@ -51,11 +53,12 @@ func (r *Results) reportRates(p func(string, ...any)) {
 	for _, row := range rs.rows {
 		cpu := perRate(row.gw, ratePhase.cpuPerRequest)
 		lat := perRate(row.gw, func(ph ratePhase) float64 { return ms(ph.total.q(.5)) })
+		sw := perRate(row.gw, ratePhase.switchesPerRequest)
 		target := ""
 		if row.target > 0 {
 			target = fmt.Sprintf("≤ %.1f ms (issue 19): %s", row.target, verdict(cpu.median() <= row.target))
 		}
-		line := fmt.Sprintf("| %s | %s | %.0f req/s | %s | %s | %s |", row.gateway.name, row.what, row.rate, cpu.fmt("%.3f"), lat.fmt("%.2f"), target)
+		line := fmt.Sprintf("| %s | %s | %.0f req/s | %s | %s | %s | %s |", row.gateway.name, row.what, row.rate, cpu.fmt("%.3f"), sw.fmt("%.1f"), lat.fmt("%.2f"), target)
 		if base {
 			if row.baseline != nil {
 				b := perRate(row.base, ratePhase.cpuPerRequest)

@@ -31,7 +31,7 @@ type Config struct {
 	GoBenchRuns int           // -count of the Go micro-benchmarks; 0 skips them
 	RateFor     time.Duration // one rate phase at 20/s (half that at 500/s); 0 skips them
 	RateRounds  int           // rounds of the rate phases
-	OnlyRates   bool          // measure the rate phases and nothing else
+	OnlyRates   bool          // measure the rate phases (and the baseline comparison) and nothing else
 	// BaselineBin is a second gateway binary (another commit's) measured beside GatewayBin in the
 	// same rounds; "" for none.
 	BaselineBin string
@@ -48,6 +48,7 @@ type Results struct {
 	Long      map[int][]pair // 1,000-token streams, by connections (1 and 8)
 	Open      []pair
 	Rates     rateResults
+	Baseline  baselineResults // with Config.BaselineBin
 	Memory    memory
 	Cold      cold
 	GoBench   []*goBench
@@ -130,9 +131,18 @@ func Run(cfg Config) (*Results, error) {
 	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, all)
 	closedLoop(st.bare, nonStreaming, 8, 0, time.Second, all)
 	rates := func() {
-		logf("rate phases: %d rounds of %v at %d/s", cfg.RateRounds, cfg.RateFor, lowRate)
-		res.Rates = measureRates(cfg, st, logf)
-		res.Errors = append(res.Errors, res.Rates.errors()...)
+		if cfg.RateFor > 0 {
+			logf("rate phases: %d rounds of %v at %d/s", cfg.RateRounds, cfg.RateFor, lowRate)
+			res.Rates = measureRates(cfg, st, logf)
+			res.Errors = append(res.Errors, res.Rates.errors()...)
+		}
+		if cfg.BaselineBin != "" {
+			logf("side by side with the baseline gateway %s: %d rounds", cfg.BaselineBin, cfg.Rounds)
+			res.Baseline = compareBaseline(cfg, st, logf)
+			if res.Baseline.err != nil {
+				res.Errors = append(res.Errors, res.Baseline.err.Error())
+			}
+		}
 	}
 	if cfg.OnlyRates {
 		rates()
@@ -201,7 +211,7 @@ func Run(cfg Config) (*Results, error) {
 			func() phase { return openLoop(st.bare, cfg.OpenRate, cfg.OpenFor, all) })
 	}
 
-	if cfg.RateFor > 0 && !cfg.OnlyRates {
+	if !cfg.OnlyRates {
 		rates()
 	}
 
