@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -144,16 +145,53 @@ type lambdaStart struct{ init, cold, warm float64 }
 // of the same event. The process is then killed, as Lambda ends an execution environment.
 func lambdaColdStart(task string, env []string, event []byte, logPath string) (lambdaStart, error) {
 	var s lambdaStart
+	b, err := startBootstrap(task, env, event, logPath)
+	if err != nil {
+		return s, err
+	}
+	defer b.stop()
+	end, err := b.wait(requestID(1))
+	if err != nil {
+		return s, err
+	}
+	s.cold, s.init = ms(end.Sub(b.started)), ms((<-b.api.asked).Sub(b.started))
+	queued := time.Now()
+	if end, err = b.invoke(event); err != nil {
+		return s, err
+	}
+	s.warm = ms(end.Sub(queued))
+	return s, nil
+}
+
+// bootstrap is the gateway's bootstrap running under a loopback Runtime API, as in one Lambda
+// execution environment: it serves one invocation at a time.
+type bootstrap struct {
+	api     *runtimeAPI
+	cmd     *exec.Cmd
+	logPath string
+	started time.Time     // when it was executed
+	exited  chan struct{} // closed when it has exited
+	mu      sync.Mutex    // one invocation at a time, as Lambda sends them to an environment
+	n       int           // invocations so far
+}
+
+// startBootstrap execs the bootstrap in task with the environment Lambda gives a function plus
+// env, with first queued as its first invocation (which the caller waits for with wait).
+func startBootstrap(task string, env []string, first []byte, logPath string) (_ *bootstrap, err error) {
 	api, err := startRuntimeAPI()
 	if err != nil {
-		return s, err
+		return nil, err
 	}
-	defer api.close()
+	defer func() {
+		if err != nil {
+			api.close()
+		}
+	}()
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return s, err
+		return nil, err
 	}
-	defer logf.Close()
+	defer logf.Close() // the child holds its own descriptor
 	cmd := exec.Command(filepath.Join(task, "bootstrap"))
 	cmd.Dir = task
 	cmd.Env = append([]string{
@@ -170,45 +208,51 @@ func lambdaColdStart(task string, env []string, event []byte, logPath string) (l
 	}, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 
-	api.queue <- invocation{id: requestID(1), event: event}
-	started := time.Now()
+	b := &bootstrap{api: api, cmd: cmd, logPath: logPath, exited: make(chan struct{}), n: 1}
+	api.queue <- invocation{id: requestID(1), event: first}
+	b.started = time.Now()
 	if err := cmd.Start(); err != nil {
-		return s, err
+		return nil, err
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}()
-	wait := func(id string) (time.Time, error) {
-		select {
-		case e := <-api.ended:
-			if e.err == nil && e.id != id {
-				e.err = fmt.Errorf("a response for invocation %s, want %s", e.id, id)
-			}
-			if e.err != nil {
-				return time.Time{}, fmt.Errorf("%w; its log:\n%s", e.err, tail(logPath))
-			}
-			return e.at, nil
-		case <-exited:
-			return time.Time{}, fmt.Errorf("bootstrap exited (%v) before answering; its log:\n%s", cmd.ProcessState, tail(logPath))
-		case <-time.After(10 * time.Second):
-			return time.Time{}, fmt.Errorf("bootstrap: no response within 10 s; its log:\n%s", tail(logPath))
+	go func() { _ = cmd.Wait(); close(b.exited) }()
+	return b, nil
+}
+
+func (b *bootstrap) pid() int { return b.cmd.Process.Pid }
+
+// invoke queues event as the next invocation and returns when its response has arrived whole.
+func (b *bootstrap) invoke(event []byte) (time.Time, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.n++
+	id := requestID(b.n)
+	b.api.queue <- invocation{id: id, event: event}
+	return b.wait(id)
+}
+
+// wait returns when the response of invocation id has arrived whole.
+func (b *bootstrap) wait(id string) (time.Time, error) {
+	select {
+	case e := <-b.api.ended:
+		if e.err == nil && e.id != id {
+			e.err = fmt.Errorf("a response for invocation %s, want %s", e.id, id)
 		}
+		if e.err != nil {
+			return time.Time{}, fmt.Errorf("%w; its log:\n%s", e.err, tail(b.logPath))
+		}
+		return e.at, nil
+	case <-b.exited:
+		return time.Time{}, fmt.Errorf("bootstrap exited (%v) before answering; its log:\n%s", b.cmd.ProcessState, tail(b.logPath))
+	case <-time.After(10 * time.Second):
+		return time.Time{}, fmt.Errorf("bootstrap: no response within 10 s; its log:\n%s", tail(b.logPath))
 	}
-	end, err := wait(requestID(1))
-	if err != nil {
-		return s, err
-	}
-	s.cold, s.init = ms(end.Sub(started)), ms((<-api.asked).Sub(started))
-	queued := time.Now()
-	api.queue <- invocation{id: requestID(2), event: event}
-	if end, err = wait(requestID(2)); err != nil {
-		return s, err
-	}
-	s.warm = ms(end.Sub(queued))
-	return s, nil
+}
+
+// stop kills the process, as Lambda ends an execution environment, and closes the Runtime API.
+func (b *bootstrap) stop() {
+	_ = b.cmd.Process.Kill()
+	<-b.exited
+	b.api.close()
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,16 +10,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
 )
 
-// Profile runs the gateway built with a pprof listener (cmd/gatewayprof) under the two loads that
-// matter, non-streaming at 8 connections and 1,000-token streams, and saves a CPU profile of
-// each in dir, then a heap profile (also as text, which ends with the runtime's MemStats, stacks
-// included) and a goroutine dump with cfg.Streams slow streams open;
-// `go tool pprof -top` of each profile goes to cfg.Log.
+// Profile runs the gateway built with a pprof listener (cmd/gatewayprof) under the loads that
+// matter, non-streaming at 8 connections, 1,000-token streams, and non-streaming at 20 req/s on
+// each store (only those with cfg.OnlyRates), and saves a CPU profile of each in dir, then a
+// heap profile (also as text, which ends with the runtime's MemStats, stacks included) and a
+// goroutine dump with cfg.Streams slow streams open; `go tool pprof -top` of each profile goes to
+// cfg.Log.
 func Profile(cfg Config, dir string, seconds int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -41,6 +46,9 @@ func Profile(cfg Config, dir string, seconds int) error {
 	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, w) // warm up
 
 	d := time.Duration(seconds) * time.Second
+	if cfg.OnlyRates {
+		return profileLowRate(cfg, st, dir, pprofAddr, seconds)
+	}
 	for _, run := range []struct {
 		name  string
 		kind  requestKind
@@ -73,6 +81,9 @@ func Profile(cfg Config, dir string, seconds int) error {
 		cum.Dir = cfg.Repo
 		cum.Stdout, cum.Stderr = cfg.Log, cfg.Log
 		_ = cum.Run()
+	}
+	if err := profileLowRate(cfg, st, dir, pprofAddr, seconds); err != nil {
+		return err
 	}
 	// The memory of open streams: a heap profile while cfg.Streams slow streams are open, and the
 	// runtime's count of live heap and stacks, each after a collection, before and with them.
@@ -201,4 +212,75 @@ func liveMemory(pprofAddr, path string) (memStats, error) {
 		return memStats{}, fmt.Errorf("%s: no MemStats", path)
 	}
 	return m, nil
+}
+
+// profileLowRate saves CPU profiles of the gateway serving non-streamed requests at lowRate, on
+// the embedded store of st and on DynamoDB Local: where a request's fixed costs go when nothing
+// amortises them.
+func profileLowRate(cfg Config, st *stack, dir, pprofAddr string, seconds int) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ddb, err := dynamotest.StartDynamoDBLocal(ctx)
+	if err != nil {
+		return err
+	}
+	defer ddb.Stop()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	dynamoPprof := ln.Addr().String()
+	ln.Close()
+	env := append(slices.Clone(st.env), "KILN_STORE=dynamodb", "KILN_DYNAMODB_ENDPOINT="+ddb.Endpoint,
+		"KILN_TABLE_PREFIX=kilnprof-", "AWS_REGION=us-east-1")
+	if _, err := kilnctl(st.ctlBin, env, "dev", "create-tables", "--json"); err != nil {
+		return err
+	}
+	key, err := seedOrg(st.ctlBin, env)
+	if err != nil {
+		return err
+	}
+	gw, err := start("gateway on DynamoDB Local", st.gwBin, nil, append(env, "KILN_BENCH_PPROF_ADDR="+dynamoPprof),
+		filepath.Join(st.dir, "gateway-dynamodb.log"))
+	if err != nil {
+		return err
+	}
+	defer gw.stop()
+	for _, run := range []struct {
+		name      string
+		pprofAddr string
+		gw        *proc
+		key       string
+	}{
+		{"nonstreaming-20rps-sqlite", pprofAddr, st.gw, st.key},
+		{"nonstreaming-20rps-dynamodb", dynamoPprof, gw, key},
+	} {
+		t := st.gateway
+		t.url, t.key = run.gw.base+"/chat/completions", run.key
+		c := newClient(16)
+		body := t.body(nonStreaming)
+		s := server{name: run.name, pid: run.gw.pid(), send: func() error {
+			_, err := call(context.Background(), c, t, body, false)
+			return err
+		}}
+		rateLoop(s, lowRate, 2*time.Second) // warm up
+		path := filepath.Join(dir, run.name+".pprof")
+		got := make(chan error, 1)
+		go func() {
+			got <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", run.pprofAddr, seconds), path)
+		}()
+		ph := rateLoop(s, lowRate, time.Duration(seconds)*time.Second)
+		if err := <-got; err != nil {
+			return err
+		}
+		fmt.Fprintf(cfg.Log, "== %s: %d requests, %d errors, p50 %v; gateway CPU %.3f ms per request; profile %s\n",
+			run.name, ph.requests, ph.errs, ph.total.q(.5), ph.cpuPerRequest(), path)
+		for _, args := range [][]string{{"-top"}, {"-top", "-cum"}} {
+			top := exec.Command("go", append(append([]string{"tool", "pprof"}, args...), "-nodecount=45", path)...)
+			top.Dir = cfg.Repo
+			top.Stdout, top.Stderr = cfg.Log, cfg.Log
+			_ = top.Run()
+		}
+	}
+	return nil
 }

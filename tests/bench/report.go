@@ -167,6 +167,13 @@ var reportMarkdown string
 
 var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{"row": mdRow}).Parse(reportMarkdown))
 
+// section is the markdown that write prints, line by line.
+func section(write func(p func(format string, args ...any))) string {
+	var b strings.Builder
+	write(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) })
+	return b.String()
+}
+
 // mdRow is one row of a markdown table; an empty cell is written "| |".
 func mdRow(cells []string) string {
 	var b strings.Builder
@@ -212,6 +219,9 @@ type reportView struct {
 	GoBench *goBenchView
 	Store   *storeView
 	Errors  []string
+	// Rates and Cost are sections written by functions of their own (report_rate.go,
+	// report_cost.go), as markdown.
+	Rates, Cost string
 }
 
 type memoryView struct {
@@ -256,6 +266,7 @@ func (r *Results) Report(w io.Writer, m Machine, command string) error {
 	r.memory(&v)
 	r.cold(&v)
 	r.goBench(&v)
+	v.Rates = section(r.reportRates)
 	return reportTemplate.Execute(w, v)
 }
 

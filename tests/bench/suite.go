@@ -29,7 +29,13 @@ type Config struct {
 	Streams     int           // concurrent slow streams for the memory figure
 	ColdStarts  int           // cold-start rounds
 	GoBenchRuns int           // -count of the Go micro-benchmarks; 0 skips them
-	Log         *os.File      // progress
+	RateFor     time.Duration // one rate phase at 20/s (half that at 500/s); 0 skips them
+	RateRounds  int           // rounds of the rate phases
+	OnlyRates   bool          // measure the rate phases (and the baseline comparison) and nothing else
+	// BaselineBin is a second gateway binary (another commit's) measured beside GatewayBin in the
+	// same rounds; "" for none.
+	BaselineBin string
+	Log         *os.File // progress
 }
 
 // Results is everything a run measured; Report renders it.
@@ -41,6 +47,8 @@ type Results struct {
 	Short     []pair         // short streams at 8 connections
 	Long      map[int][]pair // 1,000-token streams, by connections (1 and 8)
 	Open      []pair
+	Rates     rateResults
+	Baseline  baselineResults // with Config.BaselineBin
 	Memory    memory
 	Cold      cold
 	GoBench   []*goBench
@@ -122,6 +130,24 @@ func Run(cfg Config) (*Results, error) {
 	closedLoop(st.direct, nonStreaming, 8, 0, time.Second, all)
 	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, all)
 	closedLoop(st.bare, nonStreaming, 8, 0, time.Second, all)
+	rates := func() {
+		if cfg.RateFor > 0 {
+			logf("rate phases: %d rounds of %v at %d/s", cfg.RateRounds, cfg.RateFor, lowRate)
+			res.Rates = measureRates(cfg, st, logf)
+			res.Errors = append(res.Errors, res.Rates.errors()...)
+		}
+		if cfg.BaselineBin != "" {
+			logf("side by side with the baseline gateway %s: %d rounds", cfg.BaselineBin, cfg.Rounds)
+			res.Baseline = compareBaseline(cfg, st, logf)
+			if res.Baseline.err != nil {
+				res.Errors = append(res.Errors, res.Baseline.err.Error())
+			}
+		}
+	}
+	if cfg.OnlyRates {
+		rates()
+		return res, nil
+	}
 
 	// Memory first, while the gateway's heap holds nothing left over from the load phases.
 	logf("memory: %d slow streams", cfg.Streams)
@@ -183,6 +209,10 @@ func Run(cfg Config) (*Results, error) {
 			func() phase { return openLoop(st.direct, cfg.OpenRate, cfg.OpenFor, all) },
 			func() phase { return openLoop(st.gateway, cfg.OpenRate, cfg.OpenFor, all) },
 			func() phase { return openLoop(st.bare, cfg.OpenRate, cfg.OpenFor, all) })
+	}
+
+	if !cfg.OnlyRates {
+		rates()
 	}
 
 	logf("cold start: %d rounds", cfg.ColdStarts)

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -171,6 +172,10 @@ func (m *memSlots) snapshot() (leases []store.Lease, changed bool) {
 			leases = append(leases, store.Lease{OrgID: org, HolderID: h, Expires: store.FromUnixNanos(sl.expires), Reserved: money.Amount(sl.reserved)})
 		}
 	}
+	// In one order, so that two snapshots of the same slots compare equal.
+	slices.SortFunc(leases, func(a, b store.Lease) int {
+		return cmp.Or(strings.Compare(a.OrgID, b.OrgID), strings.Compare(a.HolderID, b.HolderID))
+	})
 	return leases, true
 }
 
@@ -196,42 +201,56 @@ func (s *Store) ownSlots() error {
 	return nil
 }
 
-// mirrorEvery is the least time between two copies of the slots to the leases table. Under load
-// the slots change twice per request; copying every change cost a write of up to
-// max_in_flight rows per change, for a table only `kilnctl org show` reads.
+// mirrorEvery is how long the mirror waits after a change before it copies the slots to the
+// leases table. Under load the slots change twice per request; copying every change cost a write
+// of up to max_in_flight rows per change, for a table only `kilnctl org show` reads. At a low
+// rate the wait takes in a request's settlement as well as its admission, a few milliseconds
+// apart, and the copy is then what the table already holds (no slot, say), and is not written:
+// copying at once cost two commits per request, and the checkpoints that follow commits.
 const mirrorEvery = 50 * time.Millisecond
 
-// mirrorLoop copies the slots to the leases table after they changed, one copy at a time and
-// at most every mirrorEvery (the changes made meanwhile are in the next copy), until Close.
+// mirrorLoop copies the slots to the leases table mirrorEvery after they changed (the changes
+// made meanwhile are in the same copy), one copy at a time, unless they are what the table
+// holds, until Close.
 func (s *Store) mirrorLoop() {
 	defer close(s.mirrorDone)
 	pause := time.NewTimer(mirrorEvery)
 	pause.Stop()
+	sleep := func(d time.Duration) bool {
+		pause.Reset(d)
+		select {
+		case <-pause.C:
+			return true
+		case <-s.mirrorStop:
+			return false
+		}
+	}
+	var held []store.Lease // what the leases table holds: ownSlots emptied it
 	for {
 		select {
 		case <-s.slots.wake:
 		case <-s.mirrorStop:
 			return
 		}
+		if !sleep(mirrorEvery) {
+			return
+		}
 		leases, changed := s.slots.snapshot()
-		if !changed {
+		if !changed || slices.Equal(leases, held) {
 			continue
 		}
-		wait := mirrorEvery
 		if err := s.mirror(context.Background(), leases); err != nil {
 			// Tried again after a longer pause (the store may be refusing writes for a
 			// while); the slots themselves are in memory and unaffected.
 			s.slots.mu.Lock()
 			s.slots.change()
 			s.slots.mu.Unlock()
-			wait = time.Second
+			if !sleep(time.Second) {
+				return
+			}
+			continue
 		}
-		pause.Reset(wait)
-		select {
-		case <-pause.C:
-		case <-s.mirrorStop:
-			return
-		}
+		held = leases
 	}
 }
 

@@ -45,6 +45,7 @@ type Store struct {
 
 	c            *sql.DB       // the checkpointer's connection (checkpoint.go)
 	commits      chan struct{} // the writer committed; see committed
+	uncopied     atomic.Int64  // commits since the checkpointer last began (checkpoint.go)
 	closing      chan struct{} // closed by Close: the checkpointer stops
 	checkpointed chan struct{} // closed when the checkpointer has stopped
 	caughtUp     atomic.Bool   // the checkpointer copied the WAL; the writer should copy the rest

@@ -37,6 +37,10 @@ func run() error {
 	flag.IntVar(&cfg.Streams, "streams", 1000, "concurrent slow streams for the memory figure")
 	flag.IntVar(&cfg.ColdStarts, "cold-starts", 5, "cold-start rounds")
 	flag.IntVar(&cfg.GoBenchRuns, "go-bench-count", 3, "-count of the Go micro-benchmarks; 0 skips them")
+	flag.DurationVar(&cfg.RateFor, "rate-for", 8*time.Second, "one phase at 20 req/s (half that at 500 req/s) of the CPU-per-request figures; 0 skips them")
+	flag.IntVar(&cfg.RateRounds, "rate-rounds", 3, "rounds of the CPU-per-request phases at 20 and 500 req/s")
+	flag.BoolVar(&cfg.OnlyRates, "only-rates", false, "measure only the CPU-per-request phases at 20 and 500 req/s and, with -baseline-gateway, the side-by-side comparison; with -profile, profile only at 20 req/s")
+	flag.StringVar(&cfg.BaselineBin, "baseline-gateway", "", "a second gateway binary (another commit's) measured beside -gateway in the same rounds: CPU per request at 8 connections, at 500 and 20 req/s, per streamed chunk, RSS per idle stream")
 	flag.StringVar(&out, "out", "", "also write the report to this file (BENCHMARKS.md)")
 	flag.StringVar(&command, "command", "", "the command to print as having produced the report; default: this one")
 	flag.StringVar(&profile, "profile", "", "instead of the suite, save CPU profiles of the gateway under load in this directory")
@@ -67,7 +71,9 @@ func run() error {
 		return err
 	}
 	var buf bytes.Buffer
-	if err := res.Report(&buf, bench.ThisMachine(), command); err != nil {
+	if cfg.OnlyRates {
+		res.ReportRates(&buf)
+	} else if err := res.Report(&buf, bench.ThisMachine(), command); err != nil {
 		return err
 	}
 	fmt.Fprintf(&buf, "The whole run took %v.\n", time.Since(started).Round(time.Second))

@@ -1,0 +1,127 @@
+package bench
+
+import (
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+)
+
+// baselineResults compare, round by round, the gateway with a second gateway binary (another
+// commit's, Config.BaselineBin) on the same simulator, each on an embedded store of its own: the
+// figures a change must not make worse by more than a given share (issue 18: 15 %).
+type baselineResults struct {
+	bin        string
+	closed     [][2]phase // non-streamed, 8 connections: gateway, baseline
+	streams    [][2]phase // 1,000-token streams, 8 connections
+	idle       [][2]float64
+	idleOpened [][2]int
+	err        error
+}
+
+// compareBaseline measures the gateway st.gw and the baseline binary in cfg.Rounds rounds whose
+// order alternates: CPU per non-streamed request at 8 connections, CPU per streamed chunk, and
+// RSS per idle open stream (cfg.Streams slow streams).
+func compareBaseline(cfg Config, st *stack, logf func(string, ...any)) baselineResults {
+	res := baselineResults{bin: cfg.BaselineBin}
+	env := append(slices.Clone(st.env), "KILN_DATA_DIR="+filepath.Join(st.dir, "data-compare"))
+	key, err := seedOrg(st.ctlBin, env)
+	if err != nil {
+		res.err = fmt.Errorf("baseline gateway: %w", err)
+		return res
+	}
+	p, err := start("baseline gateway", cfg.BaselineBin, nil, env, filepath.Join(st.dir, "baseline-compare.log"))
+	if err != nil {
+		res.err = err
+		return res
+	}
+	defer p.stop()
+	base := st.gateway
+	base.url, base.key = p.base+"/chat/completions", key
+	targets := [2]target{st.gateway, base}
+	pids := [2]int{st.gw.pid(), p.pid()}
+	names := [2]string{"gateway", "baseline"}
+	closedLoop(base, nonStreaming, 8, 0, time.Second, watch{}) // warm up, as the gateway was
+
+	for r := range cfg.Rounds {
+		order := []int{0, 1}
+		if r%2 == 1 {
+			order = []int{1, 0}
+		}
+		var closed, streams [2]phase
+		var idle [2]float64
+		var opened [2]int
+		for _, i := range order {
+			w := watch{"gateway": pids[i]}
+			closed[i] = closedLoop(targets[i], nonStreaming, 8, cfg.Warmup, cfg.Duration, w)
+			streams[i] = closedLoop(targets[i], longStream, 8, cfg.Warmup, cfg.Duration, w)
+			idle[i], opened[i], err = rssPerStream(targets[i], pids[i], cfg.Streams)
+			if err != nil {
+				res.err = fmt.Errorf("%s, round %d: %w", names[i], r+1, err)
+			}
+		}
+		for i, name := range names {
+			logf("compare round %d: %s %.1f µs CPU per request at 8 connections, %.2f µs per chunk, %.1f KiB per idle stream",
+				r+1, name, cpuPer(closed[i], "gateway", false), cpuPer(streams[i], "gateway", true), idle[i]/1024)
+		}
+		res.closed, res.streams = append(res.closed, closed), append(res.streams, streams)
+		res.idle, res.idleOpened = append(res.idle, idle), append(res.idleOpened, opened)
+	}
+	return res
+}
+
+// rssPerStream opens n slow streams through t and returns how much the process pid's RSS grew
+// per stream that opened.
+func rssPerStream(t target, pid, n int) (float64, int, error) {
+	before, err := rss(pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	opened, closeAll, err := openStreams(t, n, 30*time.Second)
+	defer func() {
+		closeAll()
+		time.Sleep(time.Second) // the cancelled streams settle before the next phase
+	}()
+	time.Sleep(500 * time.Millisecond)
+	with, rssErr := rss(pid)
+	if err == nil {
+		err = rssErr
+	}
+	if opened == 0 {
+		return 0, 0, fmt.Errorf("no stream of %d opened: %v", n, err)
+	}
+	return float64(with-before) / float64(opened), opened, err
+}
+
+// reportBaseline writes the side-by-side comparison with the baseline gateway.
+func (r *Results) reportBaseline(p func(string, ...any)) {
+	b := r.Baseline
+	if b.bin == "" {
+		return
+	}
+	p("## Against a baseline gateway, side by side")
+	p("")
+	p("`%s` and the gateway of this run, each on an embedded store of its own in front of the same simulator, measured", filepath.Base(b.bin))
+	p("in %d rounds whose order alternates: non-streamed requests and 1,000-token streams at 8 connections (%v each), then", len(b.closed), r.Cfg.Duration)
+	p("%d slow streams held open (RSS growth per stream). The CPU-per-request rows at 20 and 500 req/s are in the", r.Cfg.Streams)
+	p("fixed-rate section's baseline column. Ratios are per round.")
+	p("")
+	p("| figure | gateway | baseline | gateway / baseline |")
+	p("| --- | --- | --- | --- |")
+	row := func(name, format string, f func(i, round int) float64) {
+		var g, base, ratio spread
+		for round := range b.closed {
+			x, y := f(0, round), f(1, round)
+			g, base, ratio = append(g, x), append(base, y), append(ratio, x/y)
+		}
+		p("| %s | %s | %s | %s |", name, g.fmt(format), base.fmt(format), ratio.fmt("%.2f"))
+	}
+	row("CPU per non-streamed request, 8 connections, µs", "%.1f", func(i, round int) float64 { return cpuPer(b.closed[round][i], "gateway", false) })
+	row("CPU per streamed chunk, 8 connections, µs", "%.2f", func(i, round int) float64 { return cpuPer(b.streams[round][i], "gateway", true) })
+	row("RSS per idle open stream, KiB", "%.1f", func(i, round int) float64 { return b.idle[round][i] / 1024 })
+	if b.err != nil {
+		p("")
+		p("Error: %v", b.err)
+	}
+	p("")
+}

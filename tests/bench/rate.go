@@ -1,0 +1,306 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
+)
+
+// A rate phase sends non-streamed requests at a fixed, low rate and reads the CPU the serving
+// process used over the whole window, idle time included, from its CPU-time clock: what a
+// request costs where nothing amortises a fixed cost per request or per second (on Lambda each
+// instance serves one request at a time). The gateway is measured as the local server on each
+// store and as the Lambda bootstrap under the loopback Runtime API on DynamoDB Local.
+
+// server is one process that answers requests: a gateway as the local server, or the Lambda
+// bootstrap serving one invocation at a time.
+type server struct {
+	name string
+	pid  int
+	send func() error // one non-streamed chat completion, read whole
+}
+
+// rateRow is one figure measured at one rate: the gateway, and the baseline gateway when the run
+// has one, in the same rounds.
+type rateRow struct {
+	what            string // "embedded store", "DynamoDB Local", ...
+	rate            float64
+	target          float64 // ms of CPU per request the issue asks for; 0 for none
+	gateway         server
+	baseline        *server
+	gw, base        []ratePhase // one per round
+	onAWS           bool        // the row is the path that runs on AWS
+	withLocalPipeOf string      // non-empty: the process also runs the local stand-in of the usage pipe
+}
+
+// ratePhase is what one phase at a fixed rate measured of one server.
+type ratePhase struct {
+	requests, errs int
+	firstErr       error
+	cpu            time.Duration // the process's CPU over the window
+	switches       int64         // its threads' context switches over the window
+	elapsed        time.Duration
+	total          latencies // from when each request was due to the end of its answer
+}
+
+func (p ratePhase) cpuPerRequest() float64 {
+	if p.requests == 0 {
+		return 0
+	}
+	return ms(p.cpu) / float64(p.requests)
+}
+
+func (p ratePhase) switchesPerRequest() float64 {
+	if p.requests == 0 {
+		return 0
+	}
+	return float64(p.switches) / float64(p.requests)
+}
+
+// rateLoop sends requests to s at rate for dur, each at its due time whatever the answers' pace,
+// and reads s's CPU before the first and after the last answer.
+func rateLoop(s server, rate float64, dur time.Duration) ratePhase {
+	var p ratePhase
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	interval := time.Duration(float64(time.Second) / rate)
+	cpu0, err0 := processCPU(s.pid)
+	sw0, errSw0 := contextSwitches(s.pid)
+	start := time.Now()
+	for i := 0; ; i++ {
+		due := start.Add(time.Duration(i) * interval)
+		if due.Sub(start) >= dur {
+			break
+		}
+		time.Sleep(time.Until(due))
+		wg.Go(func() {
+			err := s.send()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				p.errs++
+				if p.firstErr == nil {
+					p.firstErr = err
+				}
+				return
+			}
+			p.requests++
+			p.total = append(p.total, time.Since(due))
+		})
+	}
+	wg.Wait()
+	p.elapsed = time.Since(start)
+	cpu1, err1 := processCPU(s.pid)
+	sw1, errSw1 := contextSwitches(s.pid)
+	if err := errors.Join(err0, err1, errSw0, errSw1); err != nil && p.firstErr == nil {
+		p.firstErr = err
+	}
+	p.cpu, p.switches = cpu1-cpu0, sw1-sw0
+	p.total = p.total.sorted()
+	return p
+}
+
+// rateResults are the rate phases of a run.
+type rateResults struct {
+	rows     []*rateRow
+	phaseFor time.Duration // one phase at 20/s
+	err      error         // what kept a row from being measured
+}
+
+// lowRate is the rate at which Lambda's figure is measured: one instance serving one request at
+// a time, about every 50 ms.
+const lowRate = 20
+
+// measureRates runs the rate phases: the gateway st.gw (embedded store) at lowRate and at
+// highRate, then, on DynamoDB Local, the local server and the Lambda bootstrap at lowRate; each
+// with the baseline gateway (cfg.BaselineBin) beside it when there is one.
+func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults {
+	res := rateResults{phaseFor: cfg.RateFor}
+	httpServer := func(name string, p *proc, key string) server {
+		t := st.gateway
+		t.url, t.key = p.base+"/chat/completions", key
+		c := newClient(16)
+		body := t.body(nonStreaming)
+		return server{name: name, pid: p.pid(), send: func() error {
+			_, err := call(context.Background(), c, t, body, false)
+			return err
+		}}
+	}
+	sqlite := &rateRow{what: "embedded store", rate: lowRate, target: 1.2, gateway: httpServer("gateway", st.gw, st.key)}
+	sqliteHigh := &rateRow{what: "embedded store", rate: 500, gateway: sqlite.gateway}
+	// What any Go net/http proxy costs here at the same rate: one request in, one round trip out.
+	bare := &rateRow{what: "none (bare proxy)", rate: lowRate, gateway: server{name: "bare proxy", pid: st.proxy.pid(),
+		send: func() func() error {
+			c := newClient(16)
+			body := st.bare.body(nonStreaming)
+			return func() error {
+				_, err := call(context.Background(), c, st.bare, body, false)
+				return err
+			}
+		}()}}
+	res.rows = []*rateRow{bare, sqlite, sqliteHigh}
+
+	var stop []func()
+	defer func() {
+		for _, f := range slices.Backward(stop) {
+			f()
+		}
+	}()
+	if cfg.BaselineBin != "" {
+		// On a data directory of its own: two processes do not share the embedded store.
+		env := append(slices.Clone(st.env), "KILN_DATA_DIR="+filepath.Join(st.dir, "data-baseline"))
+		key, err := seedOrg(st.ctlBin, env)
+		if err != nil {
+			res.err = fmt.Errorf("baseline gateway: %w", err)
+			return res
+		}
+		p, err := start("baseline gateway", cfg.BaselineBin, nil, env, filepath.Join(st.dir, "baseline-rate.log"))
+		if err != nil {
+			res.err = err
+			return res
+		}
+		stop = append(stop, p.stop)
+		b := httpServer("baseline", p, key)
+		sqlite.baseline, sqliteHigh.baseline = &b, &b
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dynamoRows, stopDynamo, err := dynamoRateRows(ctx, cfg, st, httpServer)
+	stop = append(stop, stopDynamo...)
+	if err != nil {
+		res.err = err
+	}
+	res.rows = append(res.rows, dynamoRows...)
+
+	// Warm every server (connections, caches, the JVM behind DynamoDB Local), then measure in
+	// rounds whose order reverses every round, the baseline beside the gateway.
+	for _, row := range res.rows {
+		for _, s := range row.servers() {
+			rateLoop(*s, row.rate, time.Second)
+		}
+	}
+	for r := range cfg.RateRounds {
+		rows := slices.Clone(res.rows)
+		if r%2 == 1 {
+			slices.Reverse(rows)
+		}
+		for _, row := range rows {
+			dur := cfg.RateFor
+			if row.rate > lowRate {
+				dur = cfg.RateFor / 2 // many more requests in half the time
+			}
+			measure := func(s *server) ratePhase {
+				logf("rate %.0f/s, %s round %d: measuring %s (pid %d) for %v", row.rate, row.what, r+1, s.name, s.pid, dur)
+				return rateLoop(*s, row.rate, dur)
+			}
+			var gw, base ratePhase
+			if row.baseline != nil && r%2 == 1 {
+				base, gw = measure(row.baseline), measure(&row.gateway)
+			} else {
+				gw = measure(&row.gateway)
+				if row.baseline != nil {
+					base = measure(row.baseline)
+				}
+			}
+			row.gw = append(row.gw, gw)
+			line := fmt.Sprintf("rate %.0f/s, %s round %d: %s %.3f ms CPU, %.1f context switches per request (%d requests, %d errors, p50 %v)",
+				row.rate, row.what, r+1, row.gateway.name, gw.cpuPerRequest(), gw.switchesPerRequest(), gw.requests, gw.errs, gw.total.q(.5))
+			if row.baseline != nil {
+				row.base = append(row.base, base)
+				line += fmt.Sprintf("; baseline %.3f ms, %.1f switches (%d requests, %d errors)", base.cpuPerRequest(), base.switchesPerRequest(), base.requests, base.errs)
+			}
+			logf("%s", line)
+		}
+	}
+	return res
+}
+
+func (row *rateRow) servers() []*server {
+	if row.baseline == nil {
+		return []*server{&row.gateway}
+	}
+	return []*server{&row.gateway, row.baseline}
+}
+
+// dynamoRateRows starts DynamoDB Local with the benchmark's organization on its tables, a local
+// server on them (and the baseline's, if any) and the Lambda bootstrap, and returns their rows
+// at lowRate and what stops them.
+func dynamoRateRows(ctx context.Context, cfg Config, st *stack, httpServer func(string, *proc, string) server) (rows []*rateRow, stop []func(), err error) {
+	ddb, err := dynamotest.StartDynamoDBLocal(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rate phases on DynamoDB Local: %w", err)
+	}
+	stop = append(stop, ddb.Stop)
+	storeEnv := []string{"KILN_STORE=dynamodb", "KILN_DYNAMODB_ENDPOINT=" + ddb.Endpoint, "KILN_TABLE_PREFIX=kilnrate-", "AWS_REGION=us-east-1"}
+	env := append(slices.Clone(st.env), storeEnv...)
+	if _, err := kilnctl(st.ctlBin, env, "dev", "create-tables", "--json"); err != nil {
+		return nil, stop, err
+	}
+	key, err := seedOrg(st.ctlBin, env)
+	if err != nil {
+		return nil, stop, err
+	}
+	p, err := start("gateway on DynamoDB Local", st.gwBin, nil, env, filepath.Join(st.dir, "gateway-dynamodb.log"))
+	if err != nil {
+		return nil, stop, err
+	}
+	stop = append(stop, p.stop)
+	local := &rateRow{what: "DynamoDB Local, local server", rate: lowRate, gateway: httpServer("gateway", p, key),
+		withLocalPipeOf: "usage"}
+	if cfg.BaselineBin != "" {
+		bp, err := start("baseline gateway on DynamoDB Local", cfg.BaselineBin, nil, env, filepath.Join(st.dir, "baseline-dynamodb.log"))
+		if err != nil {
+			return nil, stop, err
+		}
+		stop = append(stop, bp.stop)
+		b := httpServer("baseline", bp, key)
+		local.baseline = &b
+	}
+	rows = append(rows, local)
+
+	task := filepath.Join(st.dir, "lambda-rate")
+	if err := buildLambda(cfg.Repo, task, filepath.Join(st.dir, "catalog.yaml")); err != nil {
+		return rows, stop, err
+	}
+	event, err := functionURLEvent(cfg.Repo, key, st.gateway.body(nonStreaming))
+	if err != nil {
+		return rows, stop, err
+	}
+	b, err := startBootstrap(task, storeEnv, event, filepath.Join(st.dir, "lambda-rate.log"))
+	if err != nil {
+		return rows, stop, err
+	}
+	stop = append(stop, b.stop)
+	if _, err := b.wait(requestID(1)); err != nil {
+		return rows, stop, fmt.Errorf("Lambda bootstrap on DynamoDB Local: %w", err)
+	}
+	rows = append(rows, &rateRow{what: "DynamoDB Local, Lambda bootstrap", rate: lowRate, target: 1, onAWS: true,
+		gateway: server{name: "bootstrap", pid: b.pid(), send: func() error {
+			_, err := b.invoke(event)
+			return err
+		}}})
+	return rows, stop, nil
+}
+
+// errors are what went wrong in the rate phases, for the run's list.
+func (res rateResults) errors() []string {
+	var out []string
+	if res.err != nil {
+		out = append(out, res.err.Error())
+	}
+	for _, row := range res.rows {
+		for i, ph := range append(slices.Clone(row.gw), row.base...) {
+			if ph.firstErr != nil {
+				out = append(out, fmt.Sprintf("rate %.0f/s, %s, phase %d: %v", row.rate, row.what, i+1, ph.firstErr))
+			}
+		}
+	}
+	return out
+}
