@@ -26,6 +26,9 @@ import (
 type lambdaCold struct {
 	dynamo, sqlite lambdaTimes
 	err            error
+	// memory is the bootstrap on DynamoDB at each memory size with its CPU limited as Lambda
+	// limits it (measureLambdaMemory).
+	memory lambdaMemory
 }
 
 // lambdaTimes are a store's lambdaStarts, one per round.
@@ -44,8 +47,7 @@ type lambdaStore struct {
 // end of the first invocation's 200 response under a loopback Runtime API (see lambdaColdStart).
 // The first start on each store is not counted: it warms DynamoDB Local's JVM, which on AWS is
 // always warm.
-func measureLambdaColdStart(st *stack, repo string, rounds int) lambdaCold {
-	var c lambdaCold
+func measureLambdaColdStart(st *stack, repo string, rounds int) (c lambdaCold) {
 	task := filepath.Join(st.dir, "lambda-gateway")
 	if err := buildLambda(repo, task, filepath.Join(st.dir, "catalog.yaml")); err != nil {
 		c.err = err
@@ -74,6 +76,13 @@ func measureLambdaColdStart(st *stack, repo string, rounds int) lambdaCold {
 	}
 
 	body := st.gateway.body(nonStreaming)
+	if len(stores) > 1 {
+		defer func() {
+			if c.err == nil {
+				c.memory = measureLambdaMemory(st, repo, task, ddb.Endpoint, stores[0].key, stores[0].env, rounds)
+			}
+		}()
+	}
 	for r := -1; r < rounds; r++ {
 		for i := range stores {
 			// Alternate the order so that drift in the machine's speed hits both.
@@ -130,6 +139,9 @@ func functionURLEvent(repo, key string, body []byte) ([]byte, error) {
 	ev.Headers["authorization"] = "Bearer " + key
 	ev.Headers["content-type"] = "application/json"
 	ev.Headers["accept"] = "application/json"
+	if bytes.Contains(body, []byte(`"stream":true`)) {
+		ev.Headers["accept"] = "text/event-stream"
+	}
 	ev.Body, ev.IsBase64Encoded = string(body), false
 	return json.Marshal(ev)
 }
@@ -144,23 +156,60 @@ type lambdaStart struct{ init, cold, warm float64 }
 // of the same event. The process is then killed, as Lambda ends an execution environment.
 func lambdaColdStart(task string, env []string, event []byte, logPath string) (lambdaStart, error) {
 	var s lambdaStart
+	b, err := startBootstrap(task, env, 1024, nil, event, logPath)
+	if err != nil {
+		return s, err
+	}
+	defer b.stop()
+	end, err := b.wait(requestID(1))
+	if err != nil {
+		return s, err
+	}
+	s.cold, s.init = ms(end.at.Sub(b.started)), ms((<-b.api.asked).Sub(b.started))
+	queued, end, err := b.invoke(event)
+	if err != nil {
+		return s, err
+	}
+	s.warm = ms(end.at.Sub(queued))
+	return s, nil
+}
+
+// bootstrap is one execution environment: the bootstrap process under its loopback Runtime API.
+type bootstrap struct {
+	api     *runtimeAPI
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	logPath string
+	started time.Time // when it was exec'd
+	n       int       // invocations queued so far
+}
+
+// startBootstrap execs the bootstrap in task with the environment Lambda gives a function of
+// memoryMB plus env, with first queued as its first invocation. With a limit, the process runs
+// in that cgroup from its first instruction (a shell puts itself there and execs the bootstrap),
+// so that the Go runtime sees the limit as it would on Lambda.
+func startBootstrap(task string, env []string, memoryMB int, limit *cpuLimit, first []byte, logPath string) (*bootstrap, error) {
 	api, err := startRuntimeAPI()
 	if err != nil {
-		return s, err
+		return nil, err
 	}
-	defer api.close()
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return s, err
+		api.close()
+		return nil, err
 	}
-	defer logf.Close()
-	cmd := exec.Command(filepath.Join(task, "bootstrap"))
+	defer logf.Close() // the child has its own descriptor
+	bin := filepath.Join(task, "bootstrap")
+	cmd := exec.Command(bin)
+	if limit != nil {
+		cmd = exec.Command("/bin/sh", "-c", `echo $$ > "$1" && exec "$2"`, "sh", limit.procs(), bin)
+	}
 	cmd.Dir = task
 	cmd.Env = append([]string{
 		"AWS_LAMBDA_RUNTIME_API=" + api.addr,
 		"AWS_LAMBDA_FUNCTION_NAME=kiln-bench-gateway",
 		"AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
-		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=1024",
+		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=" + strconv.Itoa(memoryMB),
 		"AWS_LAMBDA_LOG_GROUP_NAME=/aws/lambda/kiln-bench-gateway",
 		"AWS_REGION=us-east-1",
 		"LAMBDA_TASK_ROOT=" + task,
@@ -169,46 +218,50 @@ func lambdaColdStart(task string, env []string, event []byte, logPath string) (l
 		"KILN_CATALOG=" + filepath.Join(task, "catalog.yaml"), // as template.yaml sets it
 	}, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-
-	api.queue <- invocation{id: requestID(1), event: event}
-	started := time.Now()
+	b := &bootstrap{api: api, cmd: cmd, exited: make(chan struct{}), logPath: logPath, n: 1}
+	api.queue <- invocation{id: requestID(1), event: first}
+	b.started = time.Now()
 	if err := cmd.Start(); err != nil {
-		return s, err
+		api.close()
+		return nil, err
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	defer func() {
-		_ = cmd.Process.Kill()
-		<-exited
-	}()
-	wait := func(id string) (time.Time, error) {
-		select {
-		case e := <-api.ended:
-			if e.err == nil && e.id != id {
-				e.err = fmt.Errorf("a response for invocation %s, want %s", e.id, id)
-			}
-			if e.err != nil {
-				return time.Time{}, fmt.Errorf("%w; its log:\n%s", e.err, tail(logPath))
-			}
-			return e.at, nil
-		case <-exited:
-			return time.Time{}, fmt.Errorf("bootstrap exited (%v) before answering; its log:\n%s", cmd.ProcessState, tail(logPath))
-		case <-time.After(10 * time.Second):
-			return time.Time{}, fmt.Errorf("bootstrap: no response within 10 s; its log:\n%s", tail(logPath))
+	go func() { _ = cmd.Wait(); close(b.exited) }()
+	return b, nil
+}
+
+// stop kills the process, as Lambda ends an execution environment, and waits for it.
+func (b *bootstrap) stop() {
+	_ = b.cmd.Process.Kill()
+	<-b.exited
+	b.api.close()
+}
+
+// invoke queues event as the next invocation and waits for its response to end.
+func (b *bootstrap) invoke(event []byte) (queued time.Time, end invocationEnd, err error) {
+	b.n++
+	id := requestID(b.n)
+	queued = time.Now()
+	b.api.queue <- invocation{id: id, event: event}
+	end, err = b.wait(id)
+	return queued, end, err
+}
+
+// wait waits for the response to invocation id to end.
+func (b *bootstrap) wait(id string) (invocationEnd, error) {
+	select {
+	case e := <-b.api.ended:
+		if e.err == nil && e.id != id {
+			e.err = fmt.Errorf("a response for invocation %s, want %s", e.id, id)
 		}
+		if e.err != nil {
+			return e, fmt.Errorf("%w; its log:\n%s", e.err, tail(b.logPath))
+		}
+		return e, nil
+	case <-b.exited:
+		return invocationEnd{}, fmt.Errorf("bootstrap exited (%v) before answering; its log:\n%s", b.cmd.ProcessState, tail(b.logPath))
+	case <-time.After(10 * time.Second):
+		return invocationEnd{}, fmt.Errorf("bootstrap: no response within 10 s; its log:\n%s", tail(b.logPath))
 	}
-	end, err := wait(requestID(1))
-	if err != nil {
-		return s, err
-	}
-	s.cold, s.init = ms(end.Sub(started)), ms((<-api.asked).Sub(started))
-	queued := time.Now()
-	api.queue <- invocation{id: requestID(2), event: event}
-	if end, err = wait(requestID(2)); err != nil {
-		return s, err
-	}
-	s.warm = ms(end.Sub(queued))
-	return s, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -242,9 +295,10 @@ type invocation struct {
 // invocationEnd is how an invocation ended: when the last byte of its response arrived, and why
 // it is not a whole 200 response if it is not.
 type invocationEnd struct {
-	id  string
-	at  time.Time
-	err error
+	id    string
+	first time.Time // when the body's first data: event arrived (zero when there was none)
+	at    time.Time
+	err   error
 }
 
 const (
@@ -314,8 +368,27 @@ func (api *runtimeAPI) end(e invocationEnd) {
 // readResponse reads a streamed HTTP integration response to its end. A function error that
 // happens after the prelude was sent arrives in the trailer.
 func readResponse(r *http.Request) invocationEnd {
-	b, err := io.ReadAll(r.Body)
-	e := invocationEnd{at: time.Now()}
+	var e invocationEnd
+	var buf bytes.Buffer
+	chunk := make([]byte, 32<<10)
+	var err error
+	for {
+		n, rerr := r.Body.Read(chunk)
+		buf.Write(chunk[:n])
+		if n > 0 && e.first.IsZero() {
+			if _, body, ok := bytes.Cut(buf.Bytes(), make([]byte, 8)); ok && (bytes.HasPrefix(body, []byte("data:")) || bytes.Contains(body, []byte("\ndata:"))) {
+				e.first = time.Now()
+			}
+		}
+		if rerr != nil {
+			if rerr != io.EOF {
+				err = rerr
+			}
+			break
+		}
+	}
+	b := buf.Bytes()
+	e.at = time.Now()
 	switch {
 	case err != nil:
 		e.err = fmt.Errorf("read the response: %w", err)

@@ -477,6 +477,7 @@ func (r *Results) Report(w io.Writer, m Machine, command string) {
 		}
 		p("")
 	}
+	r.reportLambdaCost(p)
 
 	// Go benchmarks.
 	if len(r.GoBench) > 0 {
