@@ -30,7 +30,7 @@ type capacityCounter struct {
 
 	mu     sync.Mutex
 	ops    map[string]*opCapacity
-	tables map[string]float64 // units by table, and by "table/index/name" for a global secondary index
+	tables map[string]float64 // write units by table, and by "table/index/name" for a global secondary index
 }
 
 // opCapacity is what calls of one operation consumed.
@@ -175,6 +175,9 @@ func (c *capacityCounter) count(resp *http.Response) error {
 		}
 		o.Read += r
 		o.Write += w
+		if readOp(op) {
+			continue // c.tables holds write units
+		}
 		table := u.CapacityUnits
 		for name, ix := range u.GlobalSecondaryIndexes {
 			c.tables[u.TableName+"/index/"+name] += ix.CapacityUnits

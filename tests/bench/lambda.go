@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -156,7 +157,7 @@ type lambdaStart struct{ init, cold, warm float64 }
 // of the same event. The process is then killed, as Lambda ends an execution environment.
 func lambdaColdStart(task string, env []string, event []byte, logPath string) (lambdaStart, error) {
 	var s lambdaStart
-	b, err := startBootstrap(task, env, 1024, nil, event, logPath)
+	b, err := startBootstrap(task, env, event, logPath)
 	if err != nil {
 		return s, err
 	}
@@ -165,51 +166,63 @@ func lambdaColdStart(task string, env []string, event []byte, logPath string) (l
 	if err != nil {
 		return s, err
 	}
-	s.cold, s.init = ms(end.at.Sub(b.started)), ms((<-b.api.asked).Sub(b.started))
-	queued, end, err := b.invoke(event)
-	if err != nil {
+	s.cold, s.init = ms(end.Sub(b.started)), ms((<-b.api.asked).Sub(b.started))
+	queued := time.Now()
+	if end, err = b.invoke(event); err != nil {
 		return s, err
 	}
-	s.warm = ms(end.at.Sub(queued))
+	s.warm = ms(end.Sub(queued))
 	return s, nil
 }
 
-// bootstrap is one execution environment: the bootstrap process under its loopback Runtime API.
+// bootstrap is the gateway's bootstrap running under a loopback Runtime API, as in one Lambda
+// execution environment: it serves one invocation at a time.
 type bootstrap struct {
 	api     *runtimeAPI
 	cmd     *exec.Cmd
-	exited  chan struct{}
 	logPath string
-	started time.Time // when it was exec'd
-	n       int       // invocations queued so far
+	started time.Time     // when it was executed
+	exited  chan struct{} // closed when it has exited
+	mu      sync.Mutex    // one invocation at a time, as Lambda sends them to an environment
+	n       int           // invocations so far
 }
 
-// startBootstrap execs the bootstrap in task with the environment Lambda gives a function of
-// memoryMB plus env, with first queued as its first invocation. With a limit, the process runs
-// in that cgroup from its first instruction (a shell puts itself there and execs the bootstrap),
-// so that the Go runtime sees the limit as it would on Lambda.
-func startBootstrap(task string, env []string, memoryMB int, limit *cpuLimit, first []byte, logPath string) (*bootstrap, error) {
+// startBootstrap execs the bootstrap in task with the environment Lambda gives a function plus
+// env, with first queued as its first invocation (which the caller waits for with wait).
+func startBootstrap(task string, env []string, first []byte, logPath string) (*bootstrap, error) {
+	return startLimited(task, env, nil, first, logPath)
+}
+
+// startLimited is startBootstrap with the process in the cgroup limit from its first
+// instruction when limit is not nil (a shell puts itself there and execs the bootstrap), so
+// that its init runs under the limit and the Go runtime sees it as it would on Lambda.
+func startLimited(task string, env []string, limit *cpuLimit, first []byte, logPath string) (_ *bootstrap, err error) {
 	api, err := startRuntimeAPI()
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			api.close()
+		}
+	}()
 	logf, err := os.Create(logPath)
 	if err != nil {
-		api.close()
 		return nil, err
 	}
-	defer logf.Close() // the child has its own descriptor
+	defer logf.Close() // the child holds its own descriptor
 	bin := filepath.Join(task, "bootstrap")
 	cmd := exec.Command(bin)
 	if limit != nil {
 		cmd = exec.Command("/bin/sh", "-c", `echo $$ > "$1" && exec "$2"`, "sh", limit.procs(), bin)
 	}
 	cmd.Dir = task
+	// Later entries of env win: AWS_LAMBDA_FUNCTION_MEMORY_SIZE among them.
 	cmd.Env = append([]string{
 		"AWS_LAMBDA_RUNTIME_API=" + api.addr,
 		"AWS_LAMBDA_FUNCTION_NAME=kiln-bench-gateway",
 		"AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
-		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=" + strconv.Itoa(memoryMB),
+		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=1024",
 		"AWS_LAMBDA_LOG_GROUP_NAME=/aws/lambda/kiln-bench-gateway",
 		"AWS_REGION=us-east-1",
 		"LAMBDA_TASK_ROOT=" + task,
@@ -218,43 +231,53 @@ func startBootstrap(task string, env []string, memoryMB int, limit *cpuLimit, fi
 		"KILN_CATALOG=" + filepath.Join(task, "catalog.yaml"), // as template.yaml sets it
 	}, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	b := &bootstrap{api: api, cmd: cmd, exited: make(chan struct{}), logPath: logPath, n: 1}
+
+	b := &bootstrap{api: api, cmd: cmd, logPath: logPath, exited: make(chan struct{}), n: 1}
 	api.queue <- invocation{id: requestID(1), event: first}
 	b.started = time.Now()
 	if err := cmd.Start(); err != nil {
-		api.close()
 		return nil, err
 	}
 	go func() { _ = cmd.Wait(); close(b.exited) }()
 	return b, nil
 }
 
-// stop kills the process, as Lambda ends an execution environment, and waits for it.
-func (b *bootstrap) stop() {
-	_ = b.cmd.Process.Kill()
-	<-b.exited
-	b.api.close()
+func (b *bootstrap) pid() int { return b.cmd.Process.Pid }
+
+// invoke queues event as the next invocation and returns when its response has arrived whole.
+func (b *bootstrap) invoke(event []byte) (time.Time, error) {
+	_, end, err := b.invokeTimed(event)
+	return end.at, err
 }
 
-// invoke queues event as the next invocation and waits for its response to end.
-func (b *bootstrap) invoke(event []byte) (queued time.Time, end invocationEnd, err error) {
+// invokeTimed is invoke, with when the invocation was queued and how its response ended (when
+// its first data: event arrived, among others).
+func (b *bootstrap) invokeTimed(event []byte) (queued time.Time, end invocationEnd, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.n++
 	id := requestID(b.n)
 	queued = time.Now()
 	b.api.queue <- invocation{id: id, event: event}
-	end, err = b.wait(id)
+	end, err = b.waitEnd(id)
 	return queued, end, err
 }
 
-// wait waits for the response to invocation id to end.
-func (b *bootstrap) wait(id string) (invocationEnd, error) {
+// wait returns when the response of invocation id has arrived whole.
+func (b *bootstrap) wait(id string) (time.Time, error) {
+	end, err := b.waitEnd(id)
+	return end.at, err
+}
+
+// waitEnd is wait, with how the response ended.
+func (b *bootstrap) waitEnd(id string) (invocationEnd, error) {
 	select {
 	case e := <-b.api.ended:
 		if e.err == nil && e.id != id {
 			e.err = fmt.Errorf("a response for invocation %s, want %s", e.id, id)
 		}
 		if e.err != nil {
-			return e, fmt.Errorf("%w; its log:\n%s", e.err, tail(b.logPath))
+			return invocationEnd{}, fmt.Errorf("%w; its log:\n%s", e.err, tail(b.logPath))
 		}
 		return e, nil
 	case <-b.exited:
@@ -262,6 +285,13 @@ func (b *bootstrap) wait(id string) (invocationEnd, error) {
 	case <-time.After(10 * time.Second):
 		return invocationEnd{}, fmt.Errorf("bootstrap: no response within 10 s; its log:\n%s", tail(b.logPath))
 	}
+}
+
+// stop kills the process, as Lambda ends an execution environment, and closes the Runtime API.
+func (b *bootstrap) stop() {
+	_ = b.cmd.Process.Kill()
+	<-b.exited
+	b.api.close()
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -110,15 +111,15 @@ func measureLambdaMemory(st *stack, repo, task, dynamoEndpoint, key string, env 
 // DynamoDB capacity and log output into m.
 func memoryRun(task string, env []string, mb int, event []byte, logPath string, counter *capacityCounter, m *lambdaMemory) (s memoryStart, logBytes, logLines float64, err error) {
 	var limit *cpuLimit
-	memory := 1024 // what the unlimited start tells the runtime: the template's size until now
 	if mb > 0 {
-		memory = mb
+		// The unlimited start tells the runtime 1,024 MB, the template's size until now.
+		env = append(slices.Clone(env), "AWS_LAMBDA_FUNCTION_MEMORY_SIZE="+strconv.Itoa(mb))
 		if limit, err = newCPULimit(fmt.Sprintf("kilnbench-%d-%d", os.Getpid(), mb), mb); err != nil {
 			return s, 0, 0, err
 		}
 		defer limit.remove()
 	}
-	b, err := startBootstrap(task, env, memory, limit, event, logPath)
+	b, err := startLimited(task, env, limit, event, logPath)
 	if err != nil {
 		return s, 0, 0, err
 	}
@@ -127,7 +128,7 @@ func memoryRun(task string, env []string, mb int, event []byte, logPath string, 
 	if err != nil {
 		return s, 0, 0, err
 	}
-	s.cold = ms(end.at.Sub(b.started))
+	s.cold = ms(end.Sub(b.started))
 	counter.take()
 	before, _ := os.ReadFile(logPath)
 	var throttled0 int64
@@ -136,7 +137,7 @@ func memoryRun(task string, env []string, mb int, event []byte, logPath string, 
 	}
 	var first, whole []float64
 	for range memoryWarmInvocations {
-		queued, end, err := b.invoke(event)
+		queued, end, err := b.invokeTimed(event)
 		if err != nil {
 			return s, 0, 0, err
 		}
