@@ -94,16 +94,67 @@ func (a *Aggregator) Record(ctx context.Context, e Event) error {
 	return err
 }
 
+// batchFolder is a store that folds many deltas in few writes: the DynamoDB store puts up to a
+// hundred items in one transaction, where one event alone takes three. FoldBatch returns, in
+// order, whether each delta changed the aggregates; on an error, those of a prefix of ds, the
+// deltas it handled before the error.
+type batchFolder interface {
+	FoldBatch(ctx context.Context, ds []Delta) ([]bool, error)
+}
+
+// RecordBatch folds each of es once and returns, in the same order, the error of each event that
+// was not recorded (nil for those recorded now or before). On a store that folds in batches
+// (the DynamoDB store), the valid events go to it together; otherwise one by one.
+func (a *Aggregator) RecordBatch(ctx context.Context, es []Event) []error {
+	errs := make([]error, len(es))
+	bf, ok := a.store.(batchFolder)
+	if !ok {
+		for i, e := range es {
+			errs[i] = a.Record(ctx, e)
+		}
+		return errs
+	}
+	var ds []Delta
+	var at []int // the index in es of each delta
+	for i, e := range es {
+		if err := check(e); err != nil {
+			errs[i] = err
+			continue
+		}
+		ds = append(ds, DeltaOf(e))
+		at = append(at, i)
+	}
+	if len(ds) == 0 {
+		return errs
+	}
+	done, err := bf.FoldBatch(ctx, ds)
+	if err == nil && len(done) < len(ds) {
+		err = fmt.Errorf("fold: the store handled %d of %d events", len(done), len(ds))
+	}
+	for k := len(done); k < len(ds); k++ {
+		errs[at[k]] = err // not folded: to be delivered again
+	}
+	return errs
+}
+
+// check refuses an event that cannot be folded.
+func check(e Event) error {
+	switch {
+	case e.OrgID == "" || e.GenerationID == "":
+		return errors.New("fold: event without organization or generation id")
+	case e.StartedAt.IsZero():
+		return fmt.Errorf("fold %s: no start time", e.GenerationID)
+	case e.Cost < 0:
+		return fmt.Errorf("fold %s: negative cost", e.GenerationID)
+	}
+	return nil
+}
+
 // Fold folds e and reports whether it changed the aggregates (false for a generation already
 // folded).
 func (a *Aggregator) Fold(ctx context.Context, e Event) (bool, error) {
-	switch {
-	case e.OrgID == "" || e.GenerationID == "":
-		return false, errors.New("fold: event without organization or generation id")
-	case e.StartedAt.IsZero():
-		return false, fmt.Errorf("fold %s: no start time", e.GenerationID)
-	case e.Cost < 0:
-		return false, fmt.Errorf("fold %s: negative cost", e.GenerationID)
+	if err := check(e); err != nil {
+		return false, err
 	}
 	applied, err := a.store.Fold(ctx, DeltaOf(e))
 	if err != nil {

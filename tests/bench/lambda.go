@@ -27,6 +27,9 @@ import (
 type lambdaCold struct {
 	dynamo, sqlite lambdaTimes
 	err            error
+	// memory is the bootstrap on DynamoDB at each memory size with its CPU limited as Lambda
+	// limits it (measureLambdaMemory).
+	memory lambdaMemory
 }
 
 // lambdaTimes are a store's lambdaStarts, one per round.
@@ -45,8 +48,7 @@ type lambdaStore struct {
 // end of the first invocation's 200 response under a loopback Runtime API (see lambdaColdStart).
 // The first start on each store is not counted: it warms DynamoDB Local's JVM, which on AWS is
 // always warm.
-func measureLambdaColdStart(st *stack, repo string, rounds int) lambdaCold {
-	var c lambdaCold
+func measureLambdaColdStart(st *stack, repo string, rounds int) (c lambdaCold) {
 	task := filepath.Join(st.dir, "lambda-gateway")
 	if err := buildLambda(repo, task, filepath.Join(st.dir, "catalog.yaml")); err != nil {
 		c.err = err
@@ -75,6 +77,13 @@ func measureLambdaColdStart(st *stack, repo string, rounds int) lambdaCold {
 	}
 
 	body := st.gateway.body(nonStreaming)
+	if len(stores) > 1 {
+		defer func() {
+			if c.err == nil {
+				c.memory = measureLambdaMemory(st, repo, task, ddb.Endpoint, stores[0].key, stores[0].env, rounds)
+			}
+		}()
+	}
 	for r := -1; r < rounds; r++ {
 		for i := range stores {
 			// Alternate the order so that drift in the machine's speed hits both.
@@ -131,6 +140,9 @@ func functionURLEvent(repo, key string, body []byte) ([]byte, error) {
 	ev.Headers["authorization"] = "Bearer " + key
 	ev.Headers["content-type"] = "application/json"
 	ev.Headers["accept"] = "application/json"
+	if bytes.Contains(body, []byte(`"stream":true`)) {
+		ev.Headers["accept"] = "text/event-stream"
+	}
 	ev.Body, ev.IsBase64Encoded = string(body), false
 	return json.Marshal(ev)
 }
@@ -177,7 +189,14 @@ type bootstrap struct {
 
 // startBootstrap execs the bootstrap in task with the environment Lambda gives a function plus
 // env, with first queued as its first invocation (which the caller waits for with wait).
-func startBootstrap(task string, env []string, first []byte, logPath string) (_ *bootstrap, err error) {
+func startBootstrap(task string, env []string, first []byte, logPath string) (*bootstrap, error) {
+	return startLimited(task, env, nil, first, logPath)
+}
+
+// startLimited is startBootstrap with the process in the cgroup limit from its first
+// instruction when limit is not nil (a shell puts itself there and execs the bootstrap), so
+// that its init runs under the limit and the Go runtime sees it as it would on Lambda.
+func startLimited(task string, env []string, limit *cpuLimit, first []byte, logPath string) (_ *bootstrap, err error) {
 	api, err := startRuntimeAPI()
 	if err != nil {
 		return nil, err
@@ -192,8 +211,13 @@ func startBootstrap(task string, env []string, first []byte, logPath string) (_ 
 		return nil, err
 	}
 	defer logf.Close() // the child holds its own descriptor
-	cmd := exec.Command(filepath.Join(task, "bootstrap"))
+	bin := filepath.Join(task, "bootstrap")
+	cmd := exec.Command(bin)
+	if limit != nil {
+		cmd = exec.Command("/bin/sh", "-c", `echo $$ > "$1" && exec "$2"`, "sh", limit.procs(), bin)
+	}
 	cmd.Dir = task
+	// Later entries of env win: AWS_LAMBDA_FUNCTION_MEMORY_SIZE among them.
 	cmd.Env = append([]string{
 		"AWS_LAMBDA_RUNTIME_API=" + api.addr,
 		"AWS_LAMBDA_FUNCTION_NAME=kiln-bench-gateway",
@@ -222,29 +246,44 @@ func (b *bootstrap) pid() int { return b.cmd.Process.Pid }
 
 // invoke queues event as the next invocation and returns when its response has arrived whole.
 func (b *bootstrap) invoke(event []byte) (time.Time, error) {
+	_, end, err := b.invokeTimed(event)
+	return end.at, err
+}
+
+// invokeTimed is invoke, with when the invocation was queued and how its response ended (when
+// its first data: event arrived, among others).
+func (b *bootstrap) invokeTimed(event []byte) (queued time.Time, end invocationEnd, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.n++
 	id := requestID(b.n)
+	queued = time.Now()
 	b.api.queue <- invocation{id: id, event: event}
-	return b.wait(id)
+	end, err = b.waitEnd(id)
+	return queued, end, err
 }
 
 // wait returns when the response of invocation id has arrived whole.
 func (b *bootstrap) wait(id string) (time.Time, error) {
+	end, err := b.waitEnd(id)
+	return end.at, err
+}
+
+// waitEnd is wait, with how the response ended.
+func (b *bootstrap) waitEnd(id string) (invocationEnd, error) {
 	select {
 	case e := <-b.api.ended:
 		if e.err == nil && e.id != id {
 			e.err = fmt.Errorf("a response for invocation %s, want %s", e.id, id)
 		}
 		if e.err != nil {
-			return time.Time{}, fmt.Errorf("%w; its log:\n%s", e.err, tail(b.logPath))
+			return invocationEnd{}, fmt.Errorf("%w; its log:\n%s", e.err, tail(b.logPath))
 		}
-		return e.at, nil
+		return e, nil
 	case <-b.exited:
-		return time.Time{}, fmt.Errorf("bootstrap exited (%v) before answering; its log:\n%s", b.cmd.ProcessState, tail(b.logPath))
+		return invocationEnd{}, fmt.Errorf("bootstrap exited (%v) before answering; its log:\n%s", b.cmd.ProcessState, tail(b.logPath))
 	case <-time.After(10 * time.Second):
-		return time.Time{}, fmt.Errorf("bootstrap: no response within 10 s; its log:\n%s", tail(b.logPath))
+		return invocationEnd{}, fmt.Errorf("bootstrap: no response within 10 s; its log:\n%s", tail(b.logPath))
 	}
 }
 
@@ -286,9 +325,10 @@ type invocation struct {
 // invocationEnd is how an invocation ended: when the last byte of its response arrived, and why
 // it is not a whole 200 response if it is not.
 type invocationEnd struct {
-	id  string
-	at  time.Time
-	err error
+	id    string
+	first time.Time // when the body's first data: event arrived (zero when there was none)
+	at    time.Time
+	err   error
 }
 
 const (
@@ -358,8 +398,27 @@ func (api *runtimeAPI) end(e invocationEnd) {
 // readResponse reads a streamed HTTP integration response to its end. A function error that
 // happens after the prelude was sent arrives in the trailer.
 func readResponse(r *http.Request) invocationEnd {
-	b, err := io.ReadAll(r.Body)
-	e := invocationEnd{at: time.Now()}
+	var e invocationEnd
+	var buf bytes.Buffer
+	chunk := make([]byte, 32<<10)
+	var err error
+	for {
+		n, rerr := r.Body.Read(chunk)
+		buf.Write(chunk[:n])
+		if n > 0 && e.first.IsZero() {
+			if _, body, ok := bytes.Cut(buf.Bytes(), make([]byte, 8)); ok && (bytes.HasPrefix(body, []byte("data:")) || bytes.Contains(body, []byte("\ndata:"))) {
+				e.first = time.Now()
+			}
+		}
+		if rerr != nil {
+			if rerr != io.EOF {
+				err = rerr
+			}
+			break
+		}
+	}
+	b := buf.Bytes()
+	e.at = time.Now()
 	switch {
 	case err != nil:
 		e.err = fmt.Errorf("read the response: %w", err)

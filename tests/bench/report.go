@@ -266,7 +266,7 @@ func (r *Results) Report(w io.Writer, m Machine, command string) error {
 	r.memory(&v)
 	r.cold(&v)
 	r.goBench(&v)
-	v.Rates = section(r.reportRates)
+	v.Rates, v.Cost = section(r.reportRates), section(r.reportLambdaCost)
 	return reportTemplate.Execute(w, v)
 }
 

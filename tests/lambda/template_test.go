@@ -192,6 +192,21 @@ func TestTemplate(t *testing.T) {
 		if at(fns[id], "Properties", "LoggingConfig", "LogGroup") == nil {
 			t.Errorf("%s writes to a log group the stack does not own (no retention)", id)
 		}
+		// Lambda's START, END and REPORT lines of every invocation are INFO system logs: WARN
+		// keeps them out of the log bill, and filtering by level needs the JSON format.
+		if f, l := at(fns[id], "Properties", "LoggingConfig", "LogFormat"), at(fns[id], "Properties", "LoggingConfig", "SystemLogLevel"); f != "JSON" || l != "WARN" {
+			t.Errorf("%s: LoggingConfig LogFormat %v, SystemLogLevel %v; want JSON and WARN", id, f, l)
+		}
+		// An application log level would drop the metric lines, which carry no level (Lambda
+		// reads them as INFO): KILN_LOG_LEVEL filters the gateway's own lines instead.
+		if l := at(fns[id], "Properties", "LoggingConfig", "ApplicationLogLevel"); l != nil {
+			t.Errorf("%s: LoggingConfig ApplicationLogLevel %v filters the embedded-metric lines", id, l)
+		}
+	}
+	// The gateway's memory is the size BENCHMARKS.md chose: the smallest that adds at most 20 ms
+	// to a stream's first byte. Memory × stream time is most of the bill.
+	if d := at(tpl, "Parameters", "GatewayMemorySize", "Default"); d != 128 {
+		t.Errorf("GatewayMemorySize defaults to %v MB, want 128 (BENCHMARKS.md, the bill per million requests)", d)
 	}
 	// Every alarm notifies the topic, and back to OK.
 	for id, a := range resourcesOf(tpl, "AWS::CloudWatch::Alarm") {
@@ -303,6 +318,14 @@ func TestTemplate(t *testing.T) {
 	}
 	if n, _ := at(up, "Properties", "SourceParameters", "DynamoDBStreamParameters", "BatchSize").(int); n < 1 || n > pipe.BatchSize {
 		t.Errorf("UsagePipe batch size %v: an SQS target takes 1 to %d", n, pipe.BatchSize)
+	}
+	// The aggregator folds a batch in one transaction of up to 100 items: the batches must be
+	// that large, and gathered long enough to fill at moderate rates.
+	if n, _ := at(sqsEvent, "Properties", "BatchSize").(int); n != 100 {
+		t.Errorf("the aggregator's SQS batch size %d, want 100 (a transaction's items)", n)
+	}
+	if w, _ := at(sqsEvent, "Properties", "MaximumBatchingWindowInSeconds").(int); w < 10 {
+		t.Errorf("the aggregator's batching window %d s: under 10 s, batches stay small below 10 requests a second", w)
 	}
 	if len(resourcesOf(tpl, "AWS::Events::EventBus"))+len(resourcesOf(tpl, "AWS::Events::Rule")) > 0 {
 		t.Error("an event bus or rule: nothing publishes usage events any more")

@@ -3,6 +3,7 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -31,53 +32,14 @@ const (
 // totals to the day × model and the month roll-up items (which ADD creates). A marker that
 // exists cancels the transaction, and nothing changes. Every number is an exact integer.
 func (s *Store) Fold(ctx context.Context, d usage.Delta) (bool, error) {
-	if d.OrgID == "" || d.GenerationID == "" || d.Day == "" || d.Month == "" {
-		return false, fmt.Errorf("fold %s of %s: incomplete delta", d.GenerationID, d.OrgID)
-	}
-	// Every attribute goes through a name placeholder: day and month are reserved words.
-	add := func(sk string, set map[string]string) types.TransactWriteItem {
-		names := map[string]string{"#org": "org_id"}
-		values := item{":org": sv(d.OrgID)}
-		expr := "SET #org = :org"
-		for name, v := range set {
-			expr += ", #" + name + " = :" + name
-			names["#"+name], values[":"+name] = name, sv(v)
-		}
-		expr += " ADD"
-		for i, f := range []struct {
-			name string
-			n    int64
-		}{
-			{"requests", d.Requests}, {"prompt_tokens", d.PromptTokens}, {"cached_tokens", d.CachedTokens},
-			{"completion_tokens", d.CompletionTokens}, {"cost", int64(d.Cost)},
-		} {
-			if i > 0 {
-				expr += ","
-			}
-			expr += " #" + f.name + " :" + f.name
-			names["#"+f.name], values[":"+f.name] = f.name, nv(f.n)
-		}
-		return types.TransactWriteItem{Update: &types.Update{
-			TableName:                 &s.tables.Aggregates,
-			Key:                       keyOf("pk", d.OrgID, "sk", sk),
-			UpdateExpression:          aws.String(expr),
-			ExpressionAttributeNames:  names,
-			ExpressionAttributeValues: values,
-		}}
+	if err := complete(d); err != nil {
+		return false, err
 	}
 	c, err := s.transact(ctx, func() []types.TransactWriteItem {
 		return []types.TransactWriteItem{
-			{Put: &types.Put{
-				TableName: &s.tables.Aggregates,
-				Item: item{
-					"pk": sv(markerPrefix + d.GenerationID), "sk": sv(d.OrgID),
-					"org_id": sv(d.OrgID), "generation_id": sv(d.GenerationID), "day": sv(d.Day),
-					"cost": nv(int64(d.Cost)),
-				},
-				ConditionExpression: aws.String("attribute_not_exists(pk)"),
-			}},
-			add(dayPrefix+d.Day+"#"+d.Model, map[string]string{"day": d.Day, "model": d.Model}),
-			add(monthPrefix+d.Month, map[string]string{"month": d.Month}),
+			s.marker(d),
+			s.rollupAdd(d.OrgID, dayKey(d), d.Totals),
+			s.rollupAdd(d.OrgID, monthKey(d), d.Totals),
 		}
 	})
 	if err != nil {
@@ -90,6 +52,198 @@ func (s *Store) Fold(ctx context.Context, d usage.Delta) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("fold %s of %s: transaction cancelled: %v", d.GenerationID, d.OrgID, c)
+}
+
+// maxTransactItems is the most items one TransactWriteItems may hold.
+const maxTransactItems = 100
+
+// FoldBatch folds many deltas in as few TransactWriteItems as fit in DynamoDB's 100 items: each
+// puts the markers of its generations, if absent, and adds the sum of their totals once to each
+// distinct day × model and month roll-up item they touch. Every transactional write costs two
+// write units per KB and item, so a batch of events of one organization, day and model costs
+// about two units per event (its marker) where Fold costs six. A marker that exists cancels the
+// transaction; its cancellation reason names the generation already folded, which is left out
+// and the rest is tried again, so that each generation is still added once. A generation twice
+// in ds is folded once (the second reports false).
+//
+// It returns, in the order of ds, whether each delta changed the aggregates. On an error it
+// returns the results of the deltas handled before it, a prefix of ds; the rest were not folded
+// by this call.
+func (s *Store) FoldBatch(ctx context.Context, ds []usage.Delta) ([]bool, error) {
+	applied := make([]bool, 0, len(ds))
+	for len(applied) < len(ds) {
+		chunk, err := s.foldChunk(ctx, ds[len(applied):])
+		applied = append(applied, chunk...)
+		if err != nil {
+			return applied, err
+		}
+	}
+	return applied, nil
+}
+
+// rollupRef is one roll-up item a transaction adds to, with the sum it adds.
+type rollupRef struct {
+	orgID, sk string
+	totals    usage.Totals
+}
+
+// foldChunk folds the longest prefix of ds whose markers and roll-ups fit in one transaction and
+// returns its results.
+func (s *Store) foldChunk(ctx context.Context, ds []usage.Delta) ([]bool, error) {
+	type markerKey struct{ gen, org string }
+	seen := map[markerKey]bool{}
+	rollups := map[string]bool{} // org + sk of the roll-ups the chunk touches
+	var pending []int            // the chunk's deltas whose markers go in the transaction
+	n := 0
+	for ; n < len(ds); n++ {
+		d := ds[n]
+		if err := complete(d); err != nil {
+			if n == 0 {
+				return nil, err
+			}
+			break // the deltas before it are folded first
+		}
+		k := markerKey{d.GenerationID, d.OrgID}
+		if seen[k] {
+			continue // no two items of a transaction may be the same item: folded with its first
+		}
+		added := 0
+		for _, sk := range []string{dayKey(d), monthKey(d)} {
+			if !rollups[d.OrgID+"\x00"+sk] {
+				added++
+			}
+		}
+		if len(pending)+1+len(rollups)+added > maxTransactItems {
+			break
+		}
+		seen[k] = true
+		rollups[d.OrgID+"\x00"+dayKey(d)], rollups[d.OrgID+"\x00"+monthKey(d)] = true, true
+		pending = append(pending, n)
+	}
+	applied := make([]bool, n)
+	for len(pending) > 0 {
+		refs, err := sumRollups(ds, pending)
+		if err != nil {
+			return nil, err
+		}
+		c, err := s.transact(ctx, func() []types.TransactWriteItem {
+			items := make([]types.TransactWriteItem, 0, len(pending)+len(refs))
+			for _, i := range pending {
+				items = append(items, s.marker(ds[i]))
+			}
+			for _, r := range refs {
+				items = append(items, s.rollupAdd(r.orgID, r.sk, r.totals))
+			}
+			return items
+		})
+		if err != nil {
+			return nil, fmt.Errorf("fold %d generations from %s: %w", len(pending), ds[pending[0]].GenerationID, err)
+		}
+		if c == nil {
+			for _, i := range pending {
+				applied[i] = true
+			}
+			break
+		}
+		left := pending[:0:0]
+		for k, i := range pending {
+			if failed, _ := c.failed(k); !failed {
+				left = append(left, i)
+			} // else folded before: its marker exists, and it adds nothing now
+		}
+		if len(left) == len(pending) {
+			return nil, fmt.Errorf("fold %d generations from %s: transaction cancelled: %v", len(pending), ds[pending[0]].GenerationID, c)
+		}
+		pending = left
+	}
+	return applied, nil
+}
+
+// sumRollups adds up the totals of ds[pending] per roll-up item, in the order they first appear.
+func sumRollups(ds []usage.Delta, pending []int) ([]rollupRef, error) {
+	var refs []rollupRef
+	at := map[string]int{}
+	for _, i := range pending {
+		d := ds[i]
+		for _, sk := range []string{dayKey(d), monthKey(d)} {
+			key := d.OrgID + "\x00" + sk
+			j, ok := at[key]
+			if !ok {
+				j = len(refs)
+				at[key] = j
+				refs = append(refs, rollupRef{orgID: d.OrgID, sk: sk})
+			}
+			if err := refs[j].totals.Add(d.Totals); err != nil {
+				return nil, fmt.Errorf("fold %s of %s: roll-up %s: %w", d.GenerationID, d.OrgID, sk, err)
+			}
+		}
+	}
+	return refs, nil
+}
+
+// complete checks that a delta names everything its items are keyed by.
+func complete(d usage.Delta) error {
+	if d.OrgID == "" || d.GenerationID == "" || d.Day == "" || d.Month == "" {
+		return fmt.Errorf("fold %s of %s: incomplete delta", d.GenerationID, d.OrgID)
+	}
+	return nil
+}
+
+func dayKey(d usage.Delta) string   { return dayPrefix + d.Day + "#" + d.Model }
+func monthKey(d usage.Delta) string { return monthPrefix + d.Month }
+
+// marker is the put of a generation's marker, on the condition that it is absent.
+func (s *Store) marker(d usage.Delta) types.TransactWriteItem {
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName: &s.tables.Aggregates,
+		Item: item{
+			"pk": sv(markerPrefix + d.GenerationID), "sk": sv(d.OrgID),
+			"org_id": sv(d.OrgID), "generation_id": sv(d.GenerationID), "day": sv(d.Day),
+			"cost": nv(int64(d.Cost)),
+		},
+		ConditionExpression: aws.String("attribute_not_exists(pk)"),
+	}}
+}
+
+// rollupAdd is the ADD of t to the roll-up item sk of an organization, which it creates when
+// absent, with the attributes a reader needs (org_id, and day and model or month) set.
+func (s *Store) rollupAdd(orgID, sk string, t usage.Totals) types.TransactWriteItem {
+	// Every attribute goes through a name placeholder: day and month are reserved words.
+	names := map[string]string{"#org": "org_id"}
+	values := item{":org": sv(orgID)}
+	expr := "SET #org = :org"
+	set := func(name, v string) {
+		expr += ", #" + name + " = :" + name
+		names["#"+name], values[":"+name] = name, sv(v)
+	}
+	if rest, ok := strings.CutPrefix(sk, dayPrefix); ok {
+		day, model, _ := strings.Cut(rest, "#")
+		set("day", day)
+		set("model", model)
+	} else {
+		set("month", strings.TrimPrefix(sk, monthPrefix))
+	}
+	expr += " ADD"
+	for i, f := range []struct {
+		name string
+		n    int64
+	}{
+		{"requests", t.Requests}, {"prompt_tokens", t.PromptTokens}, {"cached_tokens", t.CachedTokens},
+		{"completion_tokens", t.CompletionTokens}, {"cost", int64(t.Cost)},
+	} {
+		if i > 0 {
+			expr += ","
+		}
+		expr += " #" + f.name + " :" + f.name
+		names["#"+f.name], values[":"+f.name] = f.name, nv(f.n)
+	}
+	return types.TransactWriteItem{Update: &types.Update{
+		TableName:                 &s.tables.Aggregates,
+		Key:                       keyOf("pk", orgID, "sk", sk),
+		UpdateExpression:          aws.String(expr),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
+	}}
 }
 
 // DailyRollups queries the organization's partition for the day items from..to.
