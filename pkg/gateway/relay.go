@@ -222,9 +222,6 @@ func (s *stream) close() {
 // removed, the usage chunk given its cost (or dropped when the client did not ask for it), the
 // public model id restored. A stream that breaks after the first byte ends with an error event
 // and no [DONE]; what was generated is billed.
-//
-// While the stream is open, relay and pump are on the stack under the wait for the backend; see
-// infer for why their frames are kept small.
 func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
 	s := x.openStream(ctx, resp)
 	if s == nil {
@@ -232,8 +229,8 @@ func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
 	}
 	defer s.close()
 	r := newRelayState(x, resp)
+	defer r.release()
 	r.pump(s)
-	r.idle()
 	r.closeStream(ctx, resp, s)
 }
 
@@ -248,7 +245,6 @@ func (x *exchange) openStream(ctx context.Context, resp *upstream.Response) *str
 		return nil
 	}
 	x.meter.billable = true // the stream starts: what is generated from here on is billed
-	resp.Header = nil       // not needed again, and the stream keeps resp while it lasts
 	h := x.w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -272,7 +268,6 @@ func (r *relayState) pump(s *stream) {
 				return
 			}
 			unflushed = false
-			r.idle()
 		}
 		ev, err := r.dec.Next()
 		if err != nil {
@@ -408,7 +403,7 @@ type relayState struct {
 	dec       *openai.Decoder
 	rename    bool
 	modelJSON []byte
-	buf       *chunkBuffers // nil while the relay waits for the backend
+	buf       *chunkBuffers // from chunkPool, taken for the first chunk
 	content   bool          // the last chunk carried generated content
 	usageSent bool
 	done      bool          // the backend ended the stream with [DONE]
@@ -420,7 +415,7 @@ type relayState struct {
 	id, object, created []byte
 }
 
-// newRelayState returns the state of a relay of resp, on the heap rather than in relay's frame.
+// newRelayState returns the state of a relay of resp.
 func newRelayState(x *exchange, resp *upstream.Response) *relayState {
 	r := &relayState{x: x, dec: openai.NewDecoder(resp.Body), rename: resp.Backend.Model != x.req.model.ID}
 	if r.rename {
@@ -430,8 +425,8 @@ func newRelayState(x *exchange, resp *upstream.Response) *relayState {
 }
 
 // chunkBuffers are what rewriting a chunk needs: its parsed fields and the bytes to send. A relay
-// holds them through a burst of chunks and gives them back to chunkPool before it waits for the
-// backend, so that an idle stream holds none.
+// takes them from chunkPool for its first chunk and gives them back when its stream ends, so that
+// streams reuse them rather than grow their own.
 type chunkBuffers struct {
 	fields []openai.Field
 	out    []byte
@@ -439,8 +434,9 @@ type chunkBuffers struct {
 
 var chunkPool = sync.Pool{New: func() any { return new(chunkBuffers) }}
 
-// idle gives the chunk buffers back; those of an unusually large event are left to the collector.
-func (r *relayState) idle() {
+// release gives the chunk buffers back; those of an unusually large event are left to the
+// collector.
+func (r *relayState) release() {
 	if b := r.buf; b != nil {
 		r.buf = nil
 		if cap(b.out) <= 64<<10 && cap(b.fields) <= 1024 {
