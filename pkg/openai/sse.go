@@ -16,10 +16,12 @@ var Keepalive = []byte(": keepalive\n\n")
 // DefaultMaxEvent is how many bytes one event may have unless NewDecoderSize says otherwise.
 const DefaultMaxEvent = 8 << 20
 
-// readBuffer is the size of the decoder's read buffer. Model servers' events are a few hundred
-// bytes; a longer line is gathered across reads. A burst of events that fits in one buffer is
-// flushed to the client in one write (see Pending), so it should hold several events.
-const readBuffer = 4 << 10
+// readBuffer is the size of the decoder's read buffer, which an open stream holds while it waits.
+// Model servers' events are a few hundred bytes; a longer line is gathered across reads. A burst
+// of events that fits in one buffer is flushed to the client in one write (see Pending), so it
+// should hold several events; a read from a backend's connection brings at most its read buffer
+// (pkg/upstream: 2 KiB) anyway.
+const readBuffer = 2 << 10
 
 // retained bounds the event and line buffers a decoder keeps for the next event: after an
 // unusually large event they are dropped rather than held for the rest of the stream.

@@ -57,6 +57,11 @@ const maxIdleConns = 256
 // burst takes one more read.
 const readBufferSize = 2 << 10
 
+// writeBufferSize is a connection's write buffer, which an open stream holds while it waits: a
+// quarter of the Transport's default. The header lines and a body of a few hundred bytes still
+// leave in one write; a larger body leaves from the buffer and then directly from its bytes.
+const writeBufferSize = 1 << 10
+
 // maxHeaderBytes bounds a backend's response header lines: a tenth of the Transport's default,
 // and a model server's take a few hundred bytes.
 const maxHeaderBytes = 1 << 20
@@ -98,6 +103,7 @@ func newTransport(opt Options, plain bool) *http.Transport {
 		TLSHandshakeTimeout:    opt.ConnectTimeout,
 		MaxResponseHeaderBytes: maxHeaderBytes,
 		ReadBufferSize:         readBufferSize,
+		WriteBufferSize:        writeBufferSize,
 		ForceAttemptHTTP2:      true,
 		// Model servers' SSE is small and must not be held back by gzip buffering.
 		DisableCompression: true,
