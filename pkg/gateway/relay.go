@@ -232,8 +232,8 @@ func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
 	}
 	defer s.close()
 	r := newRelayState(x, resp)
+	defer r.release()
 	r.pump(s)
-	r.idle()
 	x.closeStream(ctx, resp, s, r)
 }
 
@@ -271,7 +271,6 @@ func (r *relayState) pump(s *stream) {
 				return
 			}
 			unflushed = false
-			r.idle()
 		}
 		ev, err := r.dec.Next()
 		if err != nil {
@@ -399,7 +398,7 @@ type relayState struct {
 	dec       *openai.Decoder
 	rename    bool
 	modelJSON []byte
-	buf       *chunkBuffers // nil while the relay waits for the backend
+	buf       *chunkBuffers // from chunkPool, taken for the first chunk
 	content   bool          // the last chunk carried generated content
 	usageSent bool
 	done      bool          // the backend ended the stream with [DONE]
@@ -411,7 +410,7 @@ type relayState struct {
 	id, object, created []byte
 }
 
-// newRelayState returns the state of a relay of resp, on the heap rather than in relay's frame.
+// newRelayState returns the state of a relay of resp.
 func newRelayState(x *exchange, resp *upstream.Response) *relayState {
 	r := &relayState{x: x, dec: openai.NewDecoder(resp.Body), rename: resp.Backend.Model != x.req.model.ID}
 	if r.rename {
@@ -421,8 +420,8 @@ func newRelayState(x *exchange, resp *upstream.Response) *relayState {
 }
 
 // chunkBuffers are what rewriting a chunk needs: its parsed fields and the bytes to send. A relay
-// holds them through a burst of chunks and gives them back to chunkPool before it waits for the
-// backend, so that an idle stream holds none.
+// takes them from chunkPool for its first chunk and gives them back when its stream ends, so that
+// streams reuse them rather than grow their own.
 type chunkBuffers struct {
 	fields []openai.Field
 	chunk  openai.ChatCompletionChunk // its choices, read with the fields
@@ -431,8 +430,9 @@ type chunkBuffers struct {
 
 var chunkPool = sync.Pool{New: func() any { return new(chunkBuffers) }}
 
-// idle gives the chunk buffers back; those of an unusually large event are left to the collector.
-func (r *relayState) idle() {
+// release gives the chunk buffers back; those of an unusually large event are left to the
+// collector.
+func (r *relayState) release() {
 	if b := r.buf; b != nil {
 		r.buf = nil
 		if cap(b.out) <= 64<<10 && cap(b.fields) <= 1024 {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 )
 
 // ErrEventTooLarge reports an event longer than the decoder's limit.
@@ -17,18 +16,16 @@ var Keepalive = []byte(": keepalive\n\n")
 // DefaultMaxEvent is how many bytes one event may have unless NewDecoderSize says otherwise.
 const DefaultMaxEvent = 8 << 20
 
-// readBuffer is the size of the decoder's read buffer. Model servers' events are a few hundred
-// bytes; a longer line is gathered across reads. A burst of events that fits in one buffer is
-// flushed to the client in one write (see Pending), so it should hold several events.
-const readBuffer = 4 << 10
+// readBuffer is the size of the decoder's read buffer, which an open stream holds while it waits.
+// Model servers' events are a few hundred bytes; a longer line is gathered across reads. A burst
+// of events that fits in one buffer is flushed to the client in one write (see Pending), so it
+// should hold several events; a read from a backend's connection brings at most its read buffer
+// (pkg/upstream: 2 KiB) anyway.
+const readBuffer = 2 << 10
 
 // retained bounds the event and line buffers a decoder keeps for the next event: after an
 // unusually large event they are dropped rather than held for the rest of the stream.
 const retained = 64 << 10
-
-// readBuffers are the decoders' read buffers. A decoder holds one only while it is reading an
-// event: one that waits between events (an idle stream) gives it back.
-var readBuffers = sync.Pool{New: func() any { return new([readBuffer]byte) }}
 
 // Decoder reads server-sent events as the WHATWG EventSource rules parse them: lines end in LF,
 // CRLF or CR; "data:" lines accumulate; a blank line dispatches; a leading byte-order mark is
@@ -38,11 +35,8 @@ type Decoder struct {
 	src      io.Reader
 	maxEvent int
 
-	// buf[r:w] is input read and not yet decoded. buf comes from readBuffers; it is nil while the
-	// decoder waits between events, reading into one instead.
-	buf  *[readBuffer]byte
+	buf  []byte // buf[r:w] is input read and not yet decoded
 	r, w int
-	one  [1]byte
 
 	started   bool // the byte-order mark check is done
 	skipLF    bool // the last line ended in CR, so a leading LF belongs to it
@@ -74,7 +68,7 @@ func NewDecoderSize(r io.Reader, maxEvent int) *Decoder {
 	if maxEvent <= 0 {
 		maxEvent = DefaultMaxEvent
 	}
-	return &Decoder{src: r, maxEvent: maxEvent}
+	return &Decoder{src: r, maxEvent: maxEvent, buf: make([]byte, readBuffer)}
 }
 
 // Pending reports whether the bytes already read hold the end of another event, so that Next
@@ -99,9 +93,6 @@ func (d *Decoder) Truncated() bool { return d.truncated }
 // EventSource skips them. At the end of the input Next returns io.EOF; if the input ended inside
 // an event that had data, that event is returned first and Truncated reports true. Other read
 // errors are returned as they are. After an error Next returns it again.
-//
-// Next's frame is kept small, the decoding being in scan: a relay waits for its backend inside
-// Next, on a stack that an idle stream keeps.
 func (d *Decoder) Next() (Event, error) {
 	if d.err != nil {
 		return Event{}, d.err
@@ -112,7 +103,6 @@ func (d *Decoder) Next() (Event, error) {
 	}
 	for {
 		if d.eof {
-			d.release()
 			return d.finish()
 		}
 		// Decode what is buffered; read only when nothing is, so as not to hold back an event.
@@ -143,11 +133,9 @@ func (d *Decoder) start() {
 	}
 }
 
-// fill reads more input. Between events the decoder waits with a one-byte read and no buffer, so
-// that an idle stream holds none; it takes a buffer from the pool once input arrives, and reads
-// into it until the event ends. A read error that comes with input is kept in readErr and
-// returned once that input is decoded. As bufio.Reader does, fill gives up on a reader that keeps
-// returning nothing.
+// fill reads more input. A read error that comes with input is kept in readErr and returned once
+// that input is decoded. As bufio.Reader does, fill gives up on a reader that keeps returning
+// nothing.
 func (d *Decoder) fill() error {
 	if d.r == d.w {
 		if err := d.readErr; err != nil {
@@ -156,17 +144,7 @@ func (d *Decoder) fill() error {
 		}
 		d.r, d.w = 0, 0
 	}
-	idle := d.w == 0 && d.lines == 0 && len(d.line) == 0
-	var p []byte
-	if idle {
-		d.release()
-		p = d.one[:]
-	} else {
-		if d.buf == nil {
-			d.buf = readBuffers.Get().(*[readBuffer]byte)
-		}
-		p = d.buf[d.w:]
-	}
+	p := d.buf[d.w:]
 	n, err := 0, error(io.ErrNoProgress)
 	for range 100 {
 		if n, err = d.src.Read(p); n > 0 || err != nil {
@@ -177,40 +155,16 @@ func (d *Decoder) fill() error {
 	if n == 0 {
 		return err
 	}
-	if idle {
-		d.buf = readBuffers.Get().(*[readBuffer]byte)
-		d.buf[0] = d.one[0]
-		if c := d.one[0]; err == nil && c != '\n' && c != '\r' {
-			// The byte starts a line, which cannot end without more input: read the rest of
-			// what arrived now, so that the line is decoded in place rather than gathered.
-			n, err = d.src.Read(d.buf[1:])
-			n++
-		}
-	}
 	d.w += n
 	d.readErr = err
 	return nil
 }
 
-func (d *Decoder) buffered() []byte {
-	if d.buf == nil {
-		return nil
-	}
-	return d.buf[d.r:d.w]
-}
+func (d *Decoder) buffered() []byte { return d.buf[d.r:d.w] }
 
-// release gives the read buffer back to the pool.
-func (d *Decoder) release() {
-	if d.buf != nil {
-		readBuffers.Put(d.buf)
-		d.buf, d.r, d.w = nil, 0, 0
-	}
-}
-
-// fail makes err sticky and gives the buffer back.
+// fail makes err sticky.
 func (d *Decoder) fail(err error) error {
 	d.err = err
-	d.release()
 	return err
 }
 

@@ -477,65 +477,6 @@ func BenchmarkAppendData(b *testing.B) {
 	}
 }
 
-// signalReader reads from r and tells entered each time a read starts.
-type signalReader struct {
-	r       io.Reader
-	entered chan struct{}
-}
-
-func (s *signalReader) Read(p []byte) (int, error) {
-	s.entered <- struct{}{}
-	return s.r.Read(p)
-}
-
-// TestDecoderWaitsWithoutBuffer checks that a decoder waiting between events holds no read buffer:
-// an idle stream costs little more than the Decoder itself.
-func TestDecoderWaitsWithoutBuffer(t *testing.T) {
-	pr, pw := io.Pipe()
-	defer pw.Close()
-	src := &signalReader{r: pr, entered: make(chan struct{})}
-	d := NewDecoder(src)
-	events := make(chan string)
-	go func() {
-		for {
-			ev, err := d.Next()
-			if err != nil {
-				close(events)
-				return
-			}
-			events <- string(ev.Data)
-		}
-	}()
-	send := func(s string) { go func() { _, _ = pw.Write([]byte(s)) }() }
-	waiting := func(state string, buffered bool) {
-		t.Helper()
-		<-src.entered // the decoder is about to wait in Read; it touches nothing until Read returns
-		if (d.buf != nil) != buffered {
-			t.Fatalf("%s: read buffer held %v, want %v", state, d.buf != nil, buffered)
-		}
-	}
-
-	waiting("before the first event", false)
-	send("data: a\n\n")
-	waiting("after the first byte of an event", true)
-	if ev := <-events; ev != "a" {
-		t.Fatalf("got %q", ev)
-	}
-	waiting("between events", false)
-	send("data: b\n")
-	waiting("after the first byte of an event", true)
-	waiting("inside an event", true)
-	send("\n")
-	if ev := <-events; ev != "b" {
-		t.Fatalf("got %q", ev)
-	}
-	waiting("after the event", false)
-	pw.Close()
-	if _, ok := <-events; ok {
-		t.Fatal("an event after the end")
-	}
-}
-
 // TestDecoderDropsLargeBuffers checks that the buffers of an unusually large event are not kept for
 // the rest of the stream.
 func TestDecoderDropsLargeBuffers(t *testing.T) {

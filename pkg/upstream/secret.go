@@ -14,22 +14,9 @@ type TokenSource interface {
 	Refused()
 }
 
-// authLine is the Authorization header line of a backend's request, "" without a source or
-// token. A token with a line break could add header lines: the source refuses those (pkg/secret),
-// and this drops it too.
-func (be *backend) authLine() string {
-	if be.token == nil {
-		return ""
-	}
-	tok := be.token.Token()
-	if tok == "" || !validToken(tok) {
-		return ""
-	}
-	return "Authorization: Bearer " + tok + "\r\n"
-}
-
-// headerFor is the header of a request through the Transport: the shared one, or a copy with the
-// source's token.
+// headerFor is the header of a backend's request: the shared one, or a copy with the source's
+// token. A token with a line break could add header lines: the source refuses those
+// (pkg/secret), and this drops it too.
 func (be *backend) headerFor() http.Header {
 	if be.token == nil {
 		return be.header

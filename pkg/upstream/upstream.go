@@ -1,8 +1,7 @@
-// Package upstream talks to model servers: it keeps a pool of connections per backend (its own
-// HTTP/1.1 connections for http:// backends, net/http's Transport for https://), tracks each
-// backend's health with a circuit breaker, picks a healthy backend for a model, retries on
-// another backend only when nothing reached the first, and cancels the backend request the
-// moment the caller's context ends.
+// Package upstream talks to model servers: it sends every backend's requests through a net/http
+// Transport of its own, tracks each backend's health with a circuit breaker, picks a healthy
+// backend for a model, retries on another backend only when nothing reached the first, and
+// cancels the backend request the moment the caller's context ends.
 package upstream
 
 import (
@@ -13,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +48,24 @@ type Options struct {
 // the server is closing cannot be retried safely, so we would rather reconnect.
 const idleConnTimeout = 4 * time.Second
 
+// maxIdleConns bounds a backend's idle connections; more are closed as their requests end.
+const maxIdleConns = 256
+
+// readBufferSize is a connection's read buffer, which an open stream holds while it waits: half
+// the Transport's default. A read takes the events that wait, and at 8 busy connections those of
+// the simulator fit in 1 KiB as well as in 4 (CPU per relayed chunk measured the same); a larger
+// burst takes one more read.
+const readBufferSize = 2 << 10
+
+// writeBufferSize is a connection's write buffer, which an open stream holds while it waits: a
+// quarter of the Transport's default. The header lines and a body of a few hundred bytes still
+// leave in one write; a larger body leaves from the buffer and then directly from its bytes.
+const writeBufferSize = 1 << 10
+
+// maxHeaderBytes bounds a backend's response header lines: a tenth of the Transport's default,
+// and a model server's take a few hundred bytes.
+const maxHeaderBytes = 1 << 20
+
 // Pool holds the connections to every backend.
 type Pool struct {
 	opt      Options
@@ -61,24 +77,34 @@ type backend struct {
 	cfg    catalog.Backend
 	base   string
 	header http.Header // every request's header: shared, and never written after New
-	// conns sends the requests to a backend on http://, transport to one on https://; neither
-	// follows redirects: a model server's answer is the answer, a redirect included.
-	conns     *conns
+	// transport sends the backend's requests. It follows no redirect: a model server's answer
+	// is the answer, a redirect included.
 	transport *http.Transport
 	breaker   breaker
 	token     TokenSource // the bearer token, when read at run time; nil when in header
 }
 
-// newTransport is what https:// backends are sent through (HTTP/2 when they offer it).
-func newTransport(opt Options) *http.Transport {
+// newTransport is what a backend's requests are sent through: kept-alive HTTP/1.1 connections,
+// or HTTP/2 to an https:// backend that offers it. The Transport reads each connection on a
+// goroutine of its own, so a connection the backend closed while idle leaves the pool at once.
+// plain: the backend is on http://, whose connections let an early answer through
+// (earlyAnswerConn).
+func newTransport(opt Options, plain bool) *http.Transport {
+	dial := (&net.Dialer{Timeout: opt.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
+	if plain {
+		dial = dialEarlyAnswer(dial)
+	}
 	return &http.Transport{
-		DialContext:           (&net.Dialer{Timeout: opt.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   maxIdleConns,
-		IdleConnTimeout:       idleConnTimeout,
-		ResponseHeaderTimeout: opt.HeaderTimeout,
-		TLSHandshakeTimeout:   opt.ConnectTimeout,
-		ForceAttemptHTTP2:     true,
+		DialContext:            dial,
+		MaxIdleConns:           maxIdleConns,
+		MaxIdleConnsPerHost:    maxIdleConns,
+		IdleConnTimeout:        idleConnTimeout,
+		ResponseHeaderTimeout:  opt.HeaderTimeout,
+		TLSHandshakeTimeout:    opt.ConnectTimeout,
+		MaxResponseHeaderBytes: maxHeaderBytes,
+		ReadBufferSize:         readBufferSize,
+		WriteBufferSize:        writeBufferSize,
+		ForceAttemptHTTP2:      true,
 		// Model servers' SSE is small and must not be held back by gzip buffering.
 		DisableCompression: true,
 	}
@@ -123,11 +149,7 @@ func New(c *catalog.Catalog, opt Options) *Pool {
 					be.header.Set("Authorization", "Bearer "+k)
 				}
 			}
-			if u, err := url.Parse(be.base); err == nil && u.Scheme == "http" && u.User == nil && u.RawQuery == "" {
-				be.conns = newConns(u, be.header, opt)
-			} else {
-				be.transport = newTransport(opt)
-			}
+			be.transport = newTransport(opt, strings.HasPrefix(be.base, "http://"))
 			p.backends[b.Name] = be
 		}
 	}
@@ -221,14 +243,7 @@ func (p *Pool) pick(model *catalog.Model, now time.Time, skip string) *backend {
 }
 
 func (p *Pool) send(ctx context.Context, be *backend, call Call) (*Response, bool, error) {
-	var resp *http.Response
-	var sent bool
-	var err error
-	if be.conns != nil {
-		resp, sent, err = be.conns.roundTrip(ctx, call.Path, be.authLine(), call.Body(be.cfg))
-	} else {
-		resp, sent, err = be.roundTrip(ctx, call.Path, call.Body)
-	}
+	resp, sent, err := be.roundTrip(ctx, call.Path, call.Body)
 	if err != nil {
 		if ctx.Err() == nil {
 			be.breaker.failure(p.opt.Now(), p.opt, failureUnhealthy, call.OrgID)
@@ -263,27 +278,126 @@ func statusFailure(status int) (failureKind, bool) {
 	return 0, false
 }
 
-// roundTrip sends a request through the backend's transport.
+// roundTrip sends a request through the backend's transport and returns once the response
+// headers have arrived. sent reports whether any byte of the request may have reached the
+// backend: over an earlyAnswerConn, whether any left on it; otherwise whether the trace's
+// WroteHeaders came, which it does once the header lines are in the connection's write buffer,
+// before any of them can have left. A request that nothing of left on a kept-alive connection is
+// sent once more: the connection was broken (a backend closes one as it answers early, and
+// another request may take it from the pool before the Transport sees that). The Transport
+// itself sends again only what it wrote nothing of from a request that fits its write buffer.
 func (be *backend) roundTrip(ctx context.Context, path string, body func(catalog.Backend) []byte) (*http.Response, bool, error) {
-	var sent atomic.Bool
-	trace := &httptrace.ClientTrace{WroteHeaders: func() { sent.Store(true) }}
 	var b *requestBody
 	if payload := body(be.cfg); len(payload) > 0 {
 		b = &requestBody{full: payload}
-		trace.WroteRequest = b.written
 		// The transport asks for the body again only before the response headers arrive.
 		defer b.forget()
 	}
+	for first := true; ; first = false {
+		resp, sent, stale, err := be.send(ctx, path, b)
+		if err == nil || sent || !stale || !first || ctx.Err() != nil {
+			return resp, sent, err
+		}
+	}
+}
+
+// send is one attempt of roundTrip. stale: it failed on a kept-alive connection before anything
+// of it left.
+func (be *backend) send(ctx context.Context, path string, b *requestBody) (resp *http.Response, sent, stale bool, err error) {
+	// The request's own context, which its response body cancels to cut a body it does not read
+	// to the end (see responseBody).
+	ctx, cancel := context.WithCancel(ctx)
+	var wroteHeaders, reused atomic.Bool
+	var conn atomic.Pointer[earlyAnswerConn]
+	trace := &httptrace.ClientTrace{
+		GotConn: func(info httptrace.GotConnInfo) {
+			if c, ok := info.Conn.(*earlyAnswerConn); ok {
+				c.start()
+				conn.Store(c)
+				reused.Store(info.Reused)
+			}
+		},
+		WroteHeaders: func() { wroteHeaders.Store(true) },
+	}
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, be.base+path, nil)
 	if err != nil {
-		return nil, false, err
+		cancel()
+		return nil, false, false, err
 	}
 	req.Header = be.headerFor()
 	if b != nil {
+		trace.WroteRequest = b.written
 		req.Body, req.GetBody, req.ContentLength = b.reader(), b.again, int64(len(b.full))
 	}
-	resp, err := be.transport.RoundTrip(req)
-	return resp, sent.Load(), err
+	resp, err = be.transport.RoundTrip(req)
+	if err != nil {
+		cancel()
+		if c := conn.Load(); c != nil {
+			return nil, c.sent(), !c.sent() && reused.Load(), err
+		}
+		return nil, wroteHeaders.Load(), false, err
+	}
+	resp.Body = &responseBody{body: resp.Body, cancel: cancel}
+	return resp, true, false, nil
+}
+
+// responseBody is a backend's response body. Read to its end, it leaves its connection to the
+// Transport's pool. Closed before its end, it reads on for a moment, and the connection stays if
+// the end comes in that time: a stream's chunked encoding ends a moment after its [DONE] event,
+// which is where a relay stops reading. A body whose end does not come soon (a stream cut in its
+// middle), or that is closed while another goroutine reads it, has its request cancelled: the
+// Transport closes the connection, which ends the read and stops the backend.
+type responseBody struct {
+	body   io.ReadCloser
+	cancel context.CancelFunc // the request's context
+
+	mu      sync.Mutex
+	reading bool // a Read is under way
+	ended   bool // a Read met the end
+	closed  bool
+}
+
+// drainFor and maxDrain bound what a closed body still reads to keep its connection. (The
+// Transport alone closes the connection of a body closed before its end.)
+const (
+	drainFor = 100 * time.Millisecond
+	maxDrain = 4 << 10
+)
+
+func (b *responseBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return 0, http.ErrBodyReadAfterClose
+	}
+	b.reading = true
+	b.mu.Unlock()
+	n, err := b.body.Read(p)
+	b.mu.Lock()
+	b.reading = false
+	b.ended = b.ended || err == io.EOF
+	b.mu.Unlock()
+	return n, err
+}
+
+func (b *responseBody) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	reading, ended := b.reading, b.ended
+	b.mu.Unlock()
+	defer b.cancel()
+	if reading {
+		b.cancel()
+	} else if !ended {
+		cut := time.AfterFunc(drainFor, b.cancel)
+		_, _ = io.CopyN(io.Discard, b.body, maxDrain)
+		cut.Stop()
+	}
+	return b.body.Close()
 }
 
 // requestBody is a request's body, which lets go of its bytes once they are sent. The transport
