@@ -93,8 +93,13 @@ test-e2e: tests/js/node_modules/.package-lock.json infra/dynamodb-local/node_mod
 	$(GO) test -count=1 ./tests/...
 
 # The gateway against the simulator alone, same run, ratios; writes BENCHMARKS.md.
+# BASELINE=<commit> also measures that commit's gateway beside this one, in the same rounds.
+BASELINE ?=
 bench: build-local infra/dynamodb-local/node_modules/.package-lock.json
-	$(GO) run ./tests/bench/cmd/kilnbench -gateway $(BIN)/gateway -command "make bench" -out BENCHMARKS.md | tee bench.txt
+	$(if $(BASELINE),rm -rf $(BIN)/baseline && mkdir -p $(BIN)/baseline && git archive $(BASELINE) | tar -x -C $(BIN)/baseline && \
+	  (cd $(BIN)/baseline && $(GO) build -o ../gateway-baseline ./functions/gateway) && rm -rf $(BIN)/baseline)
+	$(GO) run ./tests/bench/cmd/kilnbench -gateway $(BIN)/gateway $(if $(BASELINE),-baseline-gateway $(BIN)/gateway-baseline) \
+	  -command "make bench$(if $(BASELINE), BASELINE=$(BASELINE))" -out BENCHMARKS.md | tee bench.txt
 
 FUZZTIME ?= 30s
 fuzz:
