@@ -18,7 +18,7 @@ import (
 	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
 )
 
-// Profile runs the gateway built with a pprof listener (cmd/gatewayprof) under the loads that
+// Profile runs the gateway built with a pprof listener (functions/gateway with -tags pprof) under the loads that
 // matter, non-streaming at 8 connections, 1,000-token streams, and non-streaming at 20 req/s on
 // each store (only those with cfg.OnlyRates), and saves a CPU profile of each in dir, then a
 // heap profile (also as text, which ends with the runtime's MemStats, stacks included) and a
@@ -34,7 +34,7 @@ func Profile(cfg Config, dir string, seconds int) error {
 	}
 	pprofAddr := ln.Addr().String()
 	ln.Close()
-	st, err := setUp(cfg, "./tests/bench/cmd/gatewayprof", []string{"KILN_BENCH_PPROF_ADDR=" + pprofAddr})
+	st, err := setUp(cfg, "pprof", []string{"KILN_BENCH_PPROF_ADDR=" + pprofAddr})
 	if err != nil {
 		return err
 	}
@@ -146,7 +146,7 @@ func kib(b float64) float64 { return b / 1024 }
 
 // measureLiveMemory counts, on a stack of its own, what n open streams hold in the gateway by the
 // runtime's own count after a collection, which RSS blurs with garbage not yet collected. The
-// gateway there is cmd/gatewayprof: functions/gateway with a pprof listener, which serves the
+// gateway there is functions/gateway built with -tags pprof, a pprof listener added, which serves the
 // counts.
 func measureLiveMemory(cfg Config, n int) (liveMemoryResult, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -155,7 +155,7 @@ func measureLiveMemory(cfg Config, n int) (liveMemoryResult, error) {
 	}
 	pprofAddr := ln.Addr().String()
 	ln.Close()
-	st, err := setUp(cfg, "./tests/bench/cmd/gatewayprof", []string{"KILN_BENCH_PPROF_ADDR=" + pprofAddr})
+	st, err := setUp(cfg, "pprof", []string{"KILN_BENCH_PPROF_ADDR=" + pprofAddr})
 	if err != nil {
 		return liveMemoryResult{}, err
 	}

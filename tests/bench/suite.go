@@ -243,7 +243,7 @@ func Run(cfg Config) (*Results, error) {
 // setUp builds the binaries and starts the simulator, the bare proxy in front of it and the
 // gateway (gwPkg overrides the gateway's package, for the profiling build), with an organization
 // that load cannot exhaust.
-func setUp(cfg Config, gwPkg string, gwEnv []string) (_ *stack, err error) {
+func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
 	dir, err := os.MkdirTemp("", "kilnbench-")
 	if err != nil {
 		return nil, err
@@ -258,15 +258,13 @@ func setUp(cfg Config, gwPkg string, gwEnv []string) (_ *stack, err error) {
 	}()
 	builds := map[string]string{st.simBin: "./tests/bench/cmd/simserver", st.ctlBin: "./infra/kilnctl",
 		st.proxyBin: "./tests/bench/cmd/bareproxy"}
-	if st.gwBin == "" || gwPkg != "" {
+	tags := map[string]string{}
+	if st.gwBin == "" || gwTags != "" {
 		st.gwBin = filepath.Join(dir, "gateway")
-		builds[st.gwBin] = "./functions/gateway"
-		if gwPkg != "" {
-			builds[st.gwBin] = gwPkg
-		}
+		builds[st.gwBin], tags[st.gwBin] = "./functions/gateway", gwTags
 	}
 	for out, pkg := range builds {
-		cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+		cmd := exec.Command("go", "build", "-trimpath", "-tags="+tags[out], "-o", out, pkg)
 		cmd.Dir = cfg.Repo
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := cmd.CombinedOutput(); err != nil {

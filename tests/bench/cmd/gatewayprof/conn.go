@@ -1,1 +1,0 @@
-../../../../functions/gateway/conn.go

@@ -1,1 +1,0 @@
-../../../../functions/gateway/logbuf.go
