@@ -25,6 +25,7 @@ const (
 	stallHeaders                  // read the request, never answer; reset after `stall`
 	stallAfter                    // forward `after` bytes of the answer, go silent for `stall`, then reset
 	refuse                        // the listener is closed: connections are refused
+	cutOff                        // refuse, and the connections open now are reset
 )
 
 // faultProxy is a TCP proxy between the gateway and a backend whose behaviour the test sets.
@@ -36,6 +37,7 @@ type faultProxy struct {
 	mu   sync.Mutex
 	ln   net.Listener
 	mode fault
+	open map[*net.TCPConn]bool // the client side of each connection being proxied
 
 	answered atomic.Int64 // bytes of backend answers forwarded to the gateway
 	conns    sync.WaitGroup
@@ -47,7 +49,7 @@ func newFaultProxy(t *testing.T, target string) *faultProxy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &faultProxy{t: t, target: target, addr: ln.Addr().String(), ln: ln}
+	p := &faultProxy{t: t, target: target, addr: ln.Addr().String(), ln: ln, open: map[*net.TCPConn]bool{}}
 	go p.serve(ln)
 	t.Cleanup(func() {
 		p.mu.Lock()
@@ -62,13 +64,18 @@ func newFaultProxy(t *testing.T, target string) *faultProxy {
 // URL is the proxy's base URL for a catalog backend.
 func (p *faultProxy) URL() string { return "http://" + p.addr + "/v1" }
 
-// set changes what happens to the next connections; refuse closes the listener, anything else
-// opens it again on the same address.
+// set changes what happens to the next connections; refuse closes the listener, cutOff also
+// resets the connections open now, anything else opens it again on the same address.
 func (p *faultProxy) set(f fault) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.mode = f
-	if f.kind == refuse {
+	if f.kind == cutOff {
+		for c := range p.open {
+			reset(c)
+		}
+	}
+	if f.kind == refuse || f.kind == cutOff {
 		if p.ln != nil {
 			p.ln.Close()
 			p.ln = nil
@@ -104,6 +111,14 @@ func reset(c *net.TCPConn) {
 }
 
 func (p *faultProxy) handle(down *net.TCPConn, f fault) {
+	p.mu.Lock()
+	p.open[down] = true
+	p.mu.Unlock()
+	defer func() {
+		p.mu.Lock()
+		delete(p.open, down)
+		p.mu.Unlock()
+	}()
 	switch f.kind {
 	case resetOnOpen:
 		reset(down)
