@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -68,11 +67,8 @@ func createLocalTables(ctx context.Context, cfg config.Config, st store.Store, l
 	if !ok || cfg.DynamoDBEndpoint == "" {
 		return nil
 	}
-	created, err := ds.CreateTables(ctx)
+	created, _, err := ds.SetUpLocal(ctx)
 	if err != nil {
-		return fmt.Errorf("create tables on %s: %w", cfg.DynamoDBEndpoint, err)
-	}
-	if err := ds.EnablePointInTimeRecovery(ctx); err != nil && !errors.Is(err, dynamo.ErrNoPointInTimeRecovery) {
 		return fmt.Errorf("on %s: %w", cfg.DynamoDBEndpoint, err)
 	}
 	if len(created) > 0 {

@@ -34,15 +34,8 @@ func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error
 	}
 	ds := st.(*dynamo.Store)
 	tables := ds.Tables()
-	created, err := ds.CreateTables(ctx)
+	created, pitr, err := ds.SetUpLocal(ctx)
 	if err != nil {
-		return fmt.Errorf("create tables on %s: %w", cfg.DynamoDBEndpoint, err)
-	}
-	pitr := true
-	switch err := ds.EnablePointInTimeRecovery(ctx); {
-	case errors.Is(err, dynamo.ErrNoPointInTimeRecovery):
-		pitr = false
-	case err != nil:
 		return fmt.Errorf("on %s: %w", cfg.DynamoDBEndpoint, err)
 	}
 	type tableJSON struct {

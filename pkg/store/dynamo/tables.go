@@ -120,3 +120,19 @@ func (s *Store) enableStream(ctx context.Context, table string, spec *types.Stre
 	}
 	return nil
 }
+
+// SetUpLocal prepares a local server's tables as template.yaml prepares AWS's: it creates those
+// that are missing and turns point-in-time recovery on where the server has it (pitr is false
+// where it has none, as on DynamoDB Local). It returns the names of the tables it created.
+func (s *Store) SetUpLocal(ctx context.Context) (created []string, pitr bool, err error) {
+	if created, err = s.CreateTables(ctx); err != nil {
+		return nil, false, fmt.Errorf("create tables: %w", err)
+	}
+	switch err := s.EnablePointInTimeRecovery(ctx); {
+	case errors.Is(err, ErrNoPointInTimeRecovery):
+		return created, false, nil
+	case err != nil:
+		return created, false, err
+	}
+	return created, true, nil
+}
