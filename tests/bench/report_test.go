@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"io"
 	"math/rand/v2"
 	"os"
 	"testing"
@@ -12,27 +13,43 @@ import (
 
 var update = flag.Bool("update", false, "rewrite testdata/report.md from the fixture")
 
-// TestReportGolden renders a fixed, made-up set of results and compares the markdown with
-// testdata/report.md, so that a change of the report's template or of the figures it derives
-// shows in review as a change of that file (go test ./tests/bench -run Report -update).
+// TestReportGolden renders fixed, made-up sets of results and compares the markdown with the
+// files in testdata, so that a change of the report's template or of the figures it derives
+// shows in review as a change of those files (go test ./tests/bench -run Report -update): the
+// whole report, the report of a run with -only-rates, and a report whose Lambda and rate phases
+// failed.
 func TestReportGolden(t *testing.T) {
-	var buf bytes.Buffer
 	m := Machine{NProc: 2, CPU: "Test CPU", Go: "go version go1.26.8 linux/amd64", Kernel: "6.0.0", LoadAvg: "1.00 1.10 1.20"}
-	if err := fixtureResults().Report(&buf, m, "make bench"); err != nil {
-		t.Fatal(err)
-	}
-	const golden = "testdata/report.md"
-	if *update {
-		if err := os.WriteFile(golden, buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(buf.Bytes(), want) {
-		t.Errorf("the report differs from %s (run with -update after checking the change):\n%s", golden, buf.String())
+	failed := fixtureResults()
+	failed.Rates = rateResults{rows: failed.Rates.rows[:1], phaseFor: failed.Rates.phaseFor, err: errors.New("rate phases on DynamoDB Local: no java")}
+	failed.Baseline.err = errors.New("baseline gateway: exit status 1")
+	failed.Cold.lambda.memory = lambdaMemory{err: errors.New("no cgroup v2 controller")}
+	for _, tc := range []struct {
+		golden string
+		render func(w io.Writer) error
+	}{
+		{"testdata/report.md", func(w io.Writer) error { return fixtureResults().Report(w, m, "make bench") }},
+		{"testdata/rates.md", func(w io.Writer) error { fixtureResults().ReportRates(w); return nil }},
+		{"testdata/failed.md", func(w io.Writer) error { return failed.Report(w, m, "make bench") }},
+	} {
+		t.Run(tc.golden, func(t *testing.T) {
+			var buf bytes.Buffer
+			if err := tc.render(&buf); err != nil {
+				t.Fatal(err)
+			}
+			if *update {
+				if err := os.WriteFile(tc.golden, buf.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(tc.golden)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(buf.Bytes(), want) {
+				t.Errorf("the report differs from %s (run with -update after checking the change):\n%s", tc.golden, buf.String())
+			}
+		})
 	}
 }
 
@@ -70,8 +87,8 @@ func fixtureResults() *Results {
 	bench := func(pkg, name string, units map[string]spread, order ...string) *goBench {
 		return &goBench{pkg: pkg, name: name, values: units, units: order}
 	}
-	return &Results{
-		Cfg: Config{Rounds: 3, Duration: 2 * time.Second, Warmup: 300 * time.Millisecond, Conns: []int{1, 8},
+	r := &Results{
+		Cfg: Config{Repo: "../..", RateRounds: 3, Rounds: 3, Duration: 2 * time.Second, Warmup: 300 * time.Millisecond, Conns: []int{1, 8},
 			OpenRate: 1000, OpenFor: 2 * time.Second, Streams: 1000, ColdStarts: 5, GoBenchRuns: 3},
 		Started:   time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC),
 		LoadStart: "0.50 0.60 0.70",
@@ -103,4 +120,73 @@ func fixtureResults() *Results {
 		StoreCmd: "go test -run ^$ -bench ^BenchmarkAdmitSettle$ -benchtime 300x -count 3 ./pkg/store/dynamo/",
 		Errors:   []string{"an example error: " + errors.New("connection refused").Error()},
 	}
+	r.Rates, r.Baseline = fixtureRates(), fixtureBaseline()
+	r.Cold.lambda.memory = fixtureLambdaMemory()
+	return r
+}
+
+// fixtureRates are made-up rate phases: the rows a run measures, with a baseline beside the
+// gateway on the embedded store and the local server on DynamoDB Local.
+func fixtureRates() rateResults {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	phases := func(cpu time.Duration, switches int64, p50 time.Duration) []ratePhase {
+		ps := make([]ratePhase, 3)
+		for i := range ps {
+			total := make(latencies, 160)
+			for j := range total {
+				total[j] = p50/2 + time.Duration(rnd.Int64N(int64(p50)))
+			}
+			ps[i] = ratePhase{requests: 160, cpu: 160 * (cpu + time.Duration(rnd.Int64N(int64(cpu/10)))),
+				switches: 160*switches + rnd.Int64N(160), elapsed: 8 * time.Second, total: total.sorted()}
+		}
+		return ps
+	}
+	gw, base := server{name: "gateway"}, server{name: "baseline"}
+	return rateResults{phaseFor: 8 * time.Second, rows: []*rateRow{
+		{what: "none (bare proxy)", rate: lowRate, gateway: server{name: "bare proxy"}, gw: phases(300*time.Microsecond, 12, 400*time.Microsecond)},
+		{what: "embedded store", rate: lowRate, target: 1.2, gateway: gw, baseline: &base,
+			gw: phases(1100*time.Microsecond, 30, 900*time.Microsecond), base: phases(1600*time.Microsecond, 38, time.Millisecond)},
+		{what: "embedded store", rate: 500, gateway: gw, baseline: &base,
+			gw: phases(560*time.Microsecond, 9, 700*time.Microsecond), base: phases(580*time.Microsecond, 9, 720*time.Microsecond)},
+		{what: "DynamoDB Local, local server", rate: lowRate, gateway: gw, baseline: &base, withLocalPipeOf: "usage",
+			gw: phases(2900*time.Microsecond, 60, 5*time.Millisecond), base: phases(3100*time.Microsecond, 64, 5*time.Millisecond)},
+		{what: "DynamoDB Local, Lambda bootstrap", rate: lowRate, target: 1, onAWS: true, gateway: server{name: "bootstrap"},
+			gw: phases(2200*time.Microsecond, 45, 6*time.Millisecond)},
+	}}
+}
+
+// fixtureBaseline is a made-up side-by-side comparison with a baseline gateway.
+func fixtureBaseline() baselineResults {
+	b := baselineResults{bin: "/tmp/kilnbench-baseline/gateway-1aeecef"}
+	ph := func(cpu time.Duration, requests, chunks int64) phase {
+		return phase{total: make(latencies, requests), chunks: chunks, elapsed: 2 * time.Second,
+			cpu: map[string]time.Duration{"gateway": cpu}}
+	}
+	for i := range 3 {
+		d := time.Duration(i) * 7 * time.Millisecond
+		b.closed = append(b.closed, [2]phase{ph(1900*time.Millisecond+d, 3200, 0), ph(1850*time.Millisecond-d, 3100, 0)})
+		b.streams = append(b.streams, [2]phase{ph(1200*time.Millisecond+d, 400, 400*1002), ph(1300*time.Millisecond, 390, 390*1002)})
+		b.idle = append(b.idle, [2]float64{27.5*1024 + float64(i*100), 51.2 * 1024})
+		b.idleOpened = append(b.idleOpened, [2]int{1000, 1000})
+	}
+	return b
+}
+
+// fixtureLambdaMemory is a made-up comparison of the bootstrap's memory sizes, with the DynamoDB
+// units, log output and fold of its warm requests.
+func fixtureLambdaMemory() lambdaMemory {
+	m := lambdaMemory{controller: "cgroup v2 `cpu.max`", requests: 30, logBytes: 1218, logLines: 2,
+		capacity: map[string]opCapacity{"TransactWriteItems": {Calls: 30, Write: 240}, "UpdateItem": {Calls: 30, Write: 30}},
+		tables:   map[string]float64{"kilnbench-ledger": 60, "kilnbench-orgs": 90, "kilnbench-usage": 60, "kilnbench-usage/index/by-started": 60},
+		fold:     foldCost{records: 287, bodyBytes: 1263, single: 6, batched: 2.08, batchMS: 39}}
+	for i := range 3 {
+		f := float64(i)
+		r := memoryRound{free: memoryStart{cold: 29.6 + f, firstByte: 5.4 + f/2, whole: 13.3 + f}, at: map[int]memoryStart{}}
+		for _, mb := range lambdaMemorySizes {
+			slow := 1024 / float64(mb)
+			r.at[mb] = memoryStart{cold: 40 + 12*slow + f, firstByte: 5 + slow/2 + f/3, whole: 14 + slow + f/2, throttled: 0.05 * slow}
+		}
+		m.rounds = append(m.rounds, r)
+	}
+	return m
 }
