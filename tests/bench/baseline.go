@@ -92,36 +92,3 @@ func rssPerStream(t target, pid, n int) (float64, int, error) {
 	}
 	return float64(with-before) / float64(opened), opened, err
 }
-
-// reportBaseline writes the side-by-side comparison with the baseline gateway.
-func (r *Results) reportBaseline(p func(string, ...any)) {
-	b := r.Baseline
-	if b.bin == "" {
-		return
-	}
-	p("## Against a baseline gateway, side by side")
-	p("")
-	p("`%s` and the gateway of this run, each on an embedded store of its own in front of the same simulator, measured", filepath.Base(b.bin))
-	p("in %d rounds whose order alternates: non-streamed requests and 1,000-token streams at 8 connections (%v each), then", len(b.closed), r.Cfg.Duration)
-	p("%d slow streams held open (RSS growth per stream). The CPU-per-request rows at 20 and 500 req/s are in the", r.Cfg.Streams)
-	p("fixed-rate section's baseline column. Ratios are per round.")
-	p("")
-	p("| figure | gateway | baseline | gateway / baseline |")
-	p("| --- | --- | --- | --- |")
-	row := func(name, format string, f func(i, round int) float64) {
-		var g, base, ratio spread
-		for round := range b.closed {
-			x, y := f(0, round), f(1, round)
-			g, base, ratio = append(g, x), append(base, y), append(ratio, x/y)
-		}
-		p("| %s | %s | %s | %s |", name, g.fmt(format), base.fmt(format), ratio.fmt("%.2f"))
-	}
-	row("CPU per non-streamed request, 8 connections, µs", "%.1f", func(i, round int) float64 { return cpuPer(b.closed[round][i], "gateway", false) })
-	row("CPU per streamed chunk, 8 connections, µs", "%.2f", func(i, round int) float64 { return cpuPer(b.streams[round][i], "gateway", true) })
-	row("RSS per idle open stream, KiB", "%.1f", func(i, round int) float64 { return b.idle[round][i] / 1024 })
-	if b.err != nil {
-		p("")
-		p("Error: %v", b.err)
-	}
-	p("")
-}

@@ -165,14 +165,12 @@ func verdict(ok bool) string {
 //go:embed report.md.tmpl
 var reportMarkdown string
 
-var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{"row": mdRow}).Parse(reportMarkdown))
-
-// section is the markdown that write prints, line by line.
-func section(write func(p func(format string, args ...any))) string {
-	var b strings.Builder
-	write(func(format string, args ...any) { fmt.Fprintf(&b, format+"\n", args...) })
-	return b.String()
-}
+var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
+	"row":     mdRow,
+	"verdict": verdict,
+	"usd":     func(d dollars) string { return fmt.Sprintf("%.2f | %.2f", d.Before, d.Now) },
+	"div":     func(a, b float64) float64 { return a / b },
+}).Parse(reportMarkdown))
 
 // mdRow is one row of a markdown table; an empty cell is written "| |".
 func mdRow(cells []string) string {
@@ -219,9 +217,10 @@ type reportView struct {
 	GoBench *goBenchView
 	Store   *storeView
 	Errors  []string
-	// Rates and Cost are sections written by functions of their own (report_rate.go,
-	// report_cost.go), as markdown.
-	Rates, Cost string
+	// Rates, Baseline and Cost are computed in report_rate.go and report_cost.go.
+	Rates    *ratesView
+	Baseline *baselineView
+	Cost     *costView
 }
 
 type memoryView struct {
@@ -266,7 +265,8 @@ func (r *Results) Report(w io.Writer, m Machine, command string) error {
 	r.memory(&v)
 	r.cold(&v)
 	r.goBench(&v)
-	v.Rates, v.Cost = section(r.reportRates), section(r.reportLambdaCost)
+	r.fixedRate(&v)
+	r.lambdaCost(&v)
 	return reportTemplate.Execute(w, v)
 }
 

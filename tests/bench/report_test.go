@@ -29,7 +29,7 @@ func TestReportGolden(t *testing.T) {
 		render func(w io.Writer) error
 	}{
 		{"testdata/report.md", func(w io.Writer) error { return fixtureResults().Report(w, m, "make bench") }},
-		{"testdata/rates.md", func(w io.Writer) error { fixtureResults().ReportRates(w); return nil }},
+		{"testdata/rates.md", fixtureResults().ReportRates},
 		{"testdata/failed.md", func(w io.Writer) error { return failed.Report(w, m, "make bench") }},
 	} {
 		t.Run(tc.golden, func(t *testing.T) {

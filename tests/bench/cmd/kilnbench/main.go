@@ -72,8 +72,11 @@ func run() error {
 	}
 	var buf bytes.Buffer
 	if cfg.OnlyRates {
-		res.ReportRates(&buf)
-	} else if err := res.Report(&buf, bench.ThisMachine(), command); err != nil {
+		err = res.ReportRates(&buf)
+	} else {
+		err = res.Report(&buf, bench.ThisMachine(), command)
+	}
+	if err != nil {
 		return err
 	}
 	fmt.Fprintf(&buf, "The whole run took %v.\n", time.Since(started).Round(time.Second))
