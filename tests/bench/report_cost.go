@@ -6,6 +6,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/neocloud/kiln/pkg/catalog"
 )
@@ -80,7 +81,19 @@ type billView struct {
 	Revenue                    float64 // of the same requests at the reference catalog's price; 0 where it was not read
 	REST                       float64
 	Units                      table
+	Calls                      float64     // calls per warm request
+	Ops                        []pathUnits // write units per warm request by operation
+	Tables                     []pathUnits // and by table or index
+	Indexes                    bool        // a global secondary index is among Tables
 	Extra, Leaves              float64
+}
+
+// pathUnits is the write units per warm request of one operation, table or index of the
+// request's path, as the capacity counter saw them.
+type pathUnits struct {
+	Name  string // the operation or the table
+	Index string // the index of table Name; "" for the table itself
+	Units float64
 }
 
 // foldBill is the lines of the bill after the request: the pipe, the queue and the aggregator.
@@ -182,6 +195,16 @@ func (r *Results) bill(m lambdaMemory, chosen int) *billView {
 			cells[3], cells[4], cells[5], cells[6] = ops[i], per(float64(o.Calls)), per(o.Write), per(o.Read)
 		}
 		b.Units.add(cells...)
+	}
+	for _, op := range ops {
+		b.Calls += float64(m.capacity[op].Calls) / float64(m.requests)
+		b.Ops = append(b.Ops, pathUnits{Name: op, Units: m.capacity[op].Write / float64(m.requests)})
+	}
+	for _, t := range tables {
+		// The counter names a global secondary index "table/index/name".
+		name, index, _ := strings.Cut(t, "/index/")
+		b.Indexes = b.Indexes || index != ""
+		b.Tables = append(b.Tables, pathUnits{Name: name, Index: index, Units: m.tables[t] / float64(m.requests)})
 	}
 	return b
 }
