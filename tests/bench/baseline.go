@@ -24,20 +24,13 @@ type baselineResults struct {
 // RSS per idle open stream (cfg.Streams slow streams).
 func compareBaseline(cfg Config, st *stack, logf func(string, ...any)) baselineResults {
 	res := baselineResults{bin: cfg.BaselineBin}
-	env := append(slices.Clone(st.env), "KILN_DATA_DIR="+filepath.Join(st.dir, "data-compare"))
-	key, err := seedOrg(st.ctlBin, env)
-	if err != nil {
-		res.err = fmt.Errorf("baseline gateway: %w", err)
-		return res
-	}
-	p, err := start("baseline gateway", cfg.BaselineBin, nil, env, filepath.Join(st.dir, "baseline-compare.log"))
+	p, key, err := startBaseline(cfg, st, "data-compare", "baseline-compare.log")
 	if err != nil {
 		res.err = err
 		return res
 	}
 	defer p.stop()
-	base := st.gateway
-	base.url, base.key = p.base+"/chat/completions", key
+	base := st.through(p, key)
 	targets := [2]target{st.gateway, base}
 	pids := [2]int{st.gw.pid(), p.pid()}
 	names := [2]string{"gateway", "baseline"}
@@ -70,25 +63,24 @@ func compareBaseline(cfg Config, st *stack, logf func(string, ...any)) baselineR
 	return res
 }
 
+// startBaseline starts the baseline gateway (cfg.BaselineBin) with the benchmark's organization,
+// on an embedded store of its own under st.dir/data: two processes do not share one.
+func startBaseline(cfg Config, st *stack, data, logName string) (*proc, string, error) {
+	env := append(slices.Clone(st.env), "KILN_DATA_DIR="+filepath.Join(st.dir, data))
+	key, err := seedOrg(st.ctlBin, env)
+	if err != nil {
+		return nil, "", fmt.Errorf("baseline gateway: %w", err)
+	}
+	p, err := start("baseline gateway", cfg.BaselineBin, nil, env, filepath.Join(st.dir, logName))
+	return p, key, err
+}
+
 // rssPerStream opens n slow streams through t and returns how much the process pid's RSS grew
 // per stream that opened.
 func rssPerStream(t target, pid, n int) (float64, int, error) {
-	before, err := rss(pid)
-	if err != nil {
-		return 0, 0, err
-	}
-	opened, closeAll, err := openStreams(t, n, 30*time.Second)
-	defer func() {
-		closeAll()
-		time.Sleep(time.Second) // the cancelled streams settle before the next phase
-	}()
-	time.Sleep(500 * time.Millisecond)
-	with, rssErr := rss(pid)
-	if err == nil {
-		err = rssErr
-	}
+	before, with, opened, err := heldRSS(t, n, pid)
 	if opened == 0 {
 		return 0, 0, fmt.Errorf("no stream of %d opened: %v", n, err)
 	}
-	return float64(with-before) / float64(opened), opened, err
+	return float64(with[0]-before[0]) / float64(opened), opened, err
 }

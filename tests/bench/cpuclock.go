@@ -1,11 +1,10 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 	"unsafe"
@@ -36,21 +35,14 @@ func contextSwitches(pid int) (int64, error) {
 	}
 	var n int64
 	for _, path := range tasks {
-		b, err := os.ReadFile(path)
+		c, err := procCounters(path, "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			continue // the thread exited meanwhile: its file is gone or cannot be read
+		}
 		if err != nil {
-			continue // the thread exited meanwhile
+			return 0, err
 		}
-		for line := range strings.Lines(string(b)) {
-			k, v, ok := strings.Cut(line, ":")
-			if !ok || k != "voluntary_ctxt_switches" && k != "nonvoluntary_ctxt_switches" {
-				continue
-			}
-			c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("%s: bad %s", path, k)
-			}
-			n += c
-		}
+		n += c
 	}
 	return n, nil
 }

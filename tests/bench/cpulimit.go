@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -27,9 +26,7 @@ const cgroupRoot = "/sys/fs/cgroup"
 // period: cgroup v2's cpu.max where the machine has a v2 cpu controller, v1's CFS quota
 // (cpu.cfs_quota_us over cpu.cfs_period_us) otherwise. Making one needs root.
 type cpuLimit struct {
-	dir   string // the cgroup's folder
-	v2    bool
-	quota int // µs of CPU per period
+	dir string // the cgroup's folder
 }
 
 // cgroupController names the mechanism newCPULimit uses on this machine, for the report.
@@ -50,9 +47,9 @@ func hasV2CPU() bool {
 // does a function of that much memory.
 func newCPULimit(name string, memoryMB int) (*cpuLimit, error) {
 	quota := int(math.Round(cfsPeriodMicros * float64(memoryMB) / lambdaFullCoreMB))
-	l := &cpuLimit{quota: quota, v2: hasV2CPU()}
+	l := &cpuLimit{}
 	var files [][2]string
-	if l.v2 {
+	if hasV2CPU() {
 		// The root's children get a cpu controller only when the root hands it down.
 		if err := os.WriteFile(filepath.Join(cgroupRoot, "cgroup.subtree_control"), []byte("+cpu"), 0); err != nil {
 			return nil, fmt.Errorf("enable the cpu controller: %w", err)
@@ -78,35 +75,24 @@ func newCPULimit(name string, memoryMB int) (*cpuLimit, error) {
 // procs is the file a process id is written to, to move that process into the cgroup.
 func (l *cpuLimit) procs() string { return filepath.Join(l.dir, "cgroup.procs") }
 
-// throttled reads how many periods the cgroup's processes were held back in, and for how long
-// in all, from cpu.stat.
-func (l *cpuLimit) throttled() (periods int64, micros float64, err error) {
+// throttled reads from cpu.stat how many periods the cgroup's processes were held back in.
+func (l *cpuLimit) throttled() (periods int64, err error) {
 	b, err := os.ReadFile(filepath.Join(l.dir, "cpu.stat"))
 	if err != nil {
-		return 0, 0, err
+		return 0, err
 	}
 	for line := range strings.Lines(string(b)) {
-		k, v, _ := strings.Cut(strings.TrimSpace(line), " ")
-		n, _ := strconv.ParseInt(v, 10, 64)
-		switch k {
-		case "nr_throttled":
-			periods = n
-		case "throttled_time": // v1, ns
-			micros = float64(n) / 1e3
-		case "throttled_usec": // v2
-			micros = float64(n)
+		if v, ok := strings.CutPrefix(line, "nr_throttled "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 		}
 	}
-	return periods, micros, nil
+	return 0, fmt.Errorf("%s/cpu.stat: no nr_throttled", l.dir)
 }
 
-// remove deletes the cgroup; its processes must have exited.
-func (l *cpuLimit) remove() error {
-	if l == nil {
-		return nil
+// remove deletes the cgroup; its processes must have exited. A cgroup left behind is harmless
+// to the run, so the error is not reported.
+func (l *cpuLimit) remove() {
+	if l != nil {
+		_ = os.Remove(l.dir)
 	}
-	if err := os.Remove(l.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove cgroup %s: %w", l.dir, err)
-	}
-	return nil
 }

@@ -19,8 +19,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
-
-	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
 )
 
 // lambdaCold is the Lambda bootstrap's cold start on each store.
@@ -59,20 +57,13 @@ func measureLambdaColdStart(st *stack, repo string, rounds int) (c lambdaCold) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ddb, err := dynamotest.StartDynamoDBLocal(ctx)
-	if err == nil {
+	ddb, env, key, err := onDynamoDBLocal(ctx, st, "kilnbench-")
+	if ddb != nil {
 		defer ddb.Stop()
-		env := []string{"KILN_STORE=dynamodb", "KILN_DYNAMODB_ENDPOINT=" + ddb.Endpoint, "KILN_TABLE_PREFIX=kilnbench-", "AWS_REGION=us-east-1"}
-		var key string
-		ctlEnv := append(append([]string(nil), st.env...), env...)
-		if _, err = kilnctl(st.ctlBin, ctlEnv, "dev", "create-tables", "--json"); err == nil {
-			key, err = seedOrg(st.ctlBin, ctlEnv)
-		}
-		if err == nil {
-			stores = append([]lambdaStore{{name: "dynamodb", key: key, times: &c.dynamo, env: env}}, stores...)
-		}
 	}
-	if err != nil {
+	if err == nil {
+		stores = append([]lambdaStore{{name: "dynamodb", key: key, times: &c.dynamo, env: env}}, stores...)
+	} else {
 		c.err = fmt.Errorf("Lambda bootstrap on DynamoDB Local: %w", err)
 	}
 

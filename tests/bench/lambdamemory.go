@@ -133,7 +133,7 @@ func memoryRun(task string, env []string, mb int, event []byte, logPath string, 
 	before, _ := os.ReadFile(logPath)
 	var throttled0 int64
 	if limit != nil {
-		throttled0, _, _ = limit.throttled()
+		throttled0, _ = limit.throttled()
 	}
 	var first, whole []float64
 	for range memoryWarmInvocations {
@@ -149,7 +149,7 @@ func memoryRun(task string, env []string, mb int, event []byte, logPath string, 
 	}
 	s.firstByte, s.whole = spread(first).median(), spread(whole).median()
 	if limit != nil {
-		n, _, _ := limit.throttled()
+		n, _ := limit.throttled()
 		s.throttled = float64(n-throttled0) / memoryWarmInvocations
 	}
 	if mb == 0 {
@@ -185,24 +185,17 @@ func countLines(b []byte) int {
 
 // added is, per round, what size mb added to f over the unlimited start of the same round.
 func (m lambdaMemory) added(mb int, f func(memoryStart) float64) spread {
-	var s spread
-	for _, r := range m.rounds {
-		s = append(s, f(r.at[mb])-f(r.free))
-	}
-	return s
+	return perRound(m.rounds, func(r memoryRound) float64 { return f(r.at[mb]) - f(r.free) })
 }
 
 // of is f of size mb (0: the unlimited start), per round.
 func (m lambdaMemory) of(mb int, f func(memoryStart) float64) spread {
-	var s spread
-	for _, r := range m.rounds {
+	return perRound(m.rounds, func(r memoryRound) float64 {
 		if mb == 0 {
-			s = append(s, f(r.free))
-		} else {
-			s = append(s, f(r.at[mb]))
+			return f(r.free)
 		}
-	}
-	return s
+		return f(r.at[mb])
+	})
 }
 
 // chosen is the smallest size whose median added first byte is within maxAddedFirstByteMS, or

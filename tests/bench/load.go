@@ -80,26 +80,33 @@ type result struct {
 
 var errIncomplete = errors.New("stream ended without [DONE]")
 
-// call sends one request and reads the whole answer.
-func call(ctx context.Context, c *http.Client, t target, body []byte, stream bool) (result, error) {
-	start := time.Now()
+// post sends body to t and returns its 200 response; any other status is an error.
+func (t target) post(ctx context.Context, c *http.Client, body []byte) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body))
 	if err != nil {
-		return result{}, err
+		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if t.key != "" {
 		req.Header.Set("Authorization", "Bearer "+t.key)
 	}
 	resp, err := c.Do(req)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return nil, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return resp, err
+}
+
+// call sends one request and reads the whole answer.
+func call(ctx context.Context, c *http.Client, t target, body []byte, stream bool) (result, error) {
+	start := time.Now()
+	resp, err := t.post(ctx, c, body)
 	if err != nil {
 		return result{}, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		_, _ = io.Copy(io.Discard, resp.Body)
-		return result{}, fmt.Errorf("status %d", resp.StatusCode)
-	}
 	var r result
 	if !stream {
 		var one [1]byte
@@ -254,15 +261,35 @@ func closedLoop(t target, kind requestKind, conns int, warmup, dur time.Duration
 
 // openLoop sends requests at a fixed rate whatever the answers' pace, and times each from the
 // moment it was due, so that a stall shows in the latencies instead of slowing the load.
-// Requests that would exceed maxOutstanding are counted as errors and not sent.
+// Requests that would exceed 2,048 outstanding are counted as errors and not sent.
 func openLoop(t target, rate float64, dur time.Duration, w watch) phase {
-	const maxOutstanding = 2048
 	c := newClient(512)
 	defer c.CloseIdleConnections()
 	body := t.body(nonStreaming)
+	cpu0, sys0 := w.cpu(), w.syscalls()
+	p := paced(rate, dur, 2048, func() error {
+		_, err := call(context.Background(), c, t, body, false)
+		return err
+	})
+	return phase{total: p.total, errs: p.errs, firstErr: p.firstErr, elapsed: p.elapsed,
+		cpu: sub(w.cpu(), cpu0), syscalls: sub(w.syscalls(), sys0)}
+}
+
+// pacedLoad is what paced measured: the answers' latencies from when each request was due
+// (sorted), and the requests that failed or were not sent.
+type pacedLoad struct {
+	total    latencies
+	errs     int64
+	firstErr error
+	elapsed  time.Duration
+}
+
+// paced calls send every 1/rate for dur, each call at its due time whatever the answers' pace;
+// a call that would exceed limit outstanding (0: no limit) is counted as an error and not made.
+func paced(rate float64, dur time.Duration, limit int64, send func() error) pacedLoad {
 	interval := time.Duration(float64(time.Second) / rate)
 	var mu sync.Mutex
-	var p phase
+	var p pacedLoad
 	var outstanding atomic.Int64
 	var wg sync.WaitGroup
 	record := func(due time.Time, err error) {
@@ -277,30 +304,25 @@ func openLoop(t target, rate float64, dur time.Duration, w watch) phase {
 		}
 		p.total = append(p.total, time.Since(due))
 	}
-	cpu0, sys0 := w.cpu(), w.syscalls()
 	start := time.Now()
 	for i := 0; ; i++ {
 		due := start.Add(time.Duration(i) * interval)
 		if due.Sub(start) >= dur {
 			break
 		}
-		if d := time.Until(due); d > 0 {
-			time.Sleep(d)
-		}
-		if outstanding.Load() >= maxOutstanding {
-			record(due, errors.New("over 2048 requests outstanding"))
+		time.Sleep(time.Until(due))
+		if limit > 0 && outstanding.Load() >= limit {
+			record(due, fmt.Errorf("over %d requests outstanding", limit))
 			continue
 		}
 		outstanding.Add(1)
 		wg.Go(func() {
 			defer outstanding.Add(-1)
-			_, err := call(context.Background(), c, t, body, false)
-			record(due, err)
+			record(due, send())
 		})
 	}
 	wg.Wait()
 	p.elapsed = time.Since(start)
-	p.cpu, p.syscalls = sub(w.cpu(), cpu0), sub(w.syscalls(), sys0)
 	p.total = p.total.sorted()
 	return p
 }
@@ -316,15 +338,7 @@ func openStreams(t target, n int, timeout time.Duration) (opened int, closeAll f
 	var firstErr atomic.Value
 	for range n {
 		wg.Go(func() {
-			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, t.url, bytes.NewReader(body))
-			req.Header.Set("Content-Type", "application/json")
-			if t.key != "" {
-				req.Header.Set("Authorization", "Bearer "+t.key)
-			}
-			resp, err := c.Do(req)
-			if err == nil && resp.StatusCode != http.StatusOK {
-				err = fmt.Errorf("status %d", resp.StatusCode)
-			}
+			resp, err := t.post(ctx, c, body)
 			if err != nil {
 				failed.Add(1)
 				firstErr.CompareAndSwap(nil, err)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -116,41 +117,39 @@ func cpuTime(pid int) (time.Duration, error) {
 // I/O uses, not the socket calls recv and send). A read that finds nothing to read and makes the
 // caller wait counts too.
 func syscalls(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	return procCounters(fmt.Sprintf("/proc/%d/io", pid), "syscr", "syscw")
+}
+
+// rss is the process's resident set size in bytes (VmRSS).
+func rss(pid int) (int64, error) {
+	kb, err := procCounters(fmt.Sprintf("/proc/%d/status", pid), "VmRSS")
+	return kb << 10, err
+}
+
+// procCounters is the sum of the "key: value" lines of a /proc file with the given keys (a
+// trailing unit such as " kB" dropped), each of which must be there.
+func procCounters(path string, keys ...string) (int64, error) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
 	var n int64
 	found := 0
-	for _, line := range strings.Split(string(b), "\n") {
+	for line := range strings.Lines(string(b)) {
 		k, v, ok := strings.Cut(line, ":")
-		if !ok || k != "syscr" && k != "syscw" {
+		if !ok || !slices.Contains(keys, k) {
 			continue
 		}
-		c, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		num, _, _ := strings.Cut(strings.TrimSpace(v), " ")
+		c, err := strconv.ParseInt(num, 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("/proc/%d/io: bad %s", pid, k)
+			return 0, fmt.Errorf("%s: bad %s", path, k)
 		}
 		n += c
 		found++
 	}
-	if found != 2 {
-		return 0, fmt.Errorf("/proc/%d/io: no syscr and syscw", pid)
+	if found != len(keys) {
+		return 0, fmt.Errorf("%s: not every one of %s", path, strings.Join(keys, ", "))
 	}
 	return n, nil
-}
-
-// rss is the process's resident set size in bytes (VmRSS).
-func rss(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status: no VmRSS", pid)
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,8 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
 )
 
 // Profile runs the gateway built with a pprof listener (functions/gateway with -tags pprof) under the loads that
@@ -28,20 +25,11 @@ func Profile(cfg Config, dir string, seconds int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	st, pprofAddr, err := setUpPprof(cfg)
 	if err != nil {
 		return err
 	}
-	pprofAddr := ln.Addr().String()
-	ln.Close()
-	st, err := setUp(cfg, "pprof", []string{"KILN_BENCH_PPROF_ADDR=" + pprofAddr})
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(st.dir)
-	defer st.sim.stop()
-	defer st.gw.stop()
-	defer st.proxy.stop()
+	defer st.close()
 	w := watch{"gateway": st.gw.pid(), "simulator": st.sim.pid()}
 	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, w) // warm up
 
@@ -73,14 +61,8 @@ func Profile(cfg Config, dir string, seconds int) error {
 		}
 		fmt.Fprintf(cfg.Log, "== %s: %d requests, p50 %v, p99 %v, %.0f/s; gateway CPU %v; profile %s\n",
 			run.name, len(ph.total), ph.total.q(.5), ph.total.q(.99), ph.rate(), ph.cpu["gateway"], path)
-		top := exec.Command("go", "tool", "pprof", "-top", "-nodecount=45", path)
-		top.Dir = cfg.Repo
-		top.Stdout, top.Stderr = cfg.Log, cfg.Log
-		_ = top.Run()
-		cum := exec.Command("go", "tool", "pprof", "-top", "-cum", "-nodecount=45", path)
-		cum.Dir = cfg.Repo
-		cum.Stdout, cum.Stderr = cfg.Log, cfg.Log
-		_ = cum.Run()
+		pprofTop(cfg, path, "-nodecount=45")
+		pprofTop(cfg, path, "-cum", "-nodecount=45")
 	}
 	if err := profileLowRate(cfg, st, dir, pprofAddr, seconds); err != nil {
 		return err
@@ -96,10 +78,7 @@ func Profile(cfg Config, dir string, seconds int) error {
 		rssOpen, _ := rss(st.gw.pid())
 		fmt.Fprintf(cfg.Log, "== %d open streams: gateway RSS %.1f MiB; heap profile %s\n", opened, float64(rssOpen)/(1<<20), path)
 		if err == nil {
-			top := exec.Command("go", "tool", "pprof", "-top", "-sample_index=inuse_space", "-nodecount=25", path)
-			top.Dir = cfg.Repo
-			top.Stdout, top.Stderr = cfg.Log, cfg.Log
-			_ = top.Run()
+			pprofTop(cfg, path, "-sample_index=inuse_space", "-nodecount=25")
 		}
 		_ = fetch(fmt.Sprintf("http://%s/debug/pprof/goroutine?debug=1", pprofAddr), filepath.Join(dir, "goroutines-open-streams.txt"))
 		// The text form ends with the runtime's MemStats: stacks are counted there, not in the profile.
@@ -114,6 +93,25 @@ func Profile(cfg Config, dir string, seconds int) error {
 	return err
 }
 
+// setUpPprof is setUp with the gateway built with a pprof listener, and that listener's address.
+func setUpPprof(cfg Config) (*stack, string, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, "", err
+	}
+	st, err := setUp(cfg, "pprof", []string{"KILN_BENCH_PPROF_ADDR=" + addr})
+	return st, addr, err
+}
+
+// pprofTop writes `go tool pprof -top` of the profile at path, with args, to cfg.Log.
+func pprofTop(cfg Config, path string, args ...string) {
+	top := exec.Command("go", append(append([]string{"tool", "pprof", "-top"}, args...), path)...)
+	top.Dir = cfg.Repo
+	top.Stdout, top.Stderr = cfg.Log, cfg.Log
+	_ = top.Run()
+}
+
+// fetch saves what url answers in path.
 func fetch(url, path string) error {
 	resp, err := http.Get(url)
 	if err != nil {
@@ -149,20 +147,11 @@ func kib(b float64) float64 { return b / 1024 }
 // gateway there is functions/gateway built with -tags pprof, a pprof listener added, which serves the
 // counts.
 func measureLiveMemory(cfg Config, n int) (liveMemoryResult, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	st, pprofAddr, err := setUpPprof(cfg)
 	if err != nil {
 		return liveMemoryResult{}, err
 	}
-	pprofAddr := ln.Addr().String()
-	ln.Close()
-	st, err := setUp(cfg, "pprof", []string{"KILN_BENCH_PPROF_ADDR=" + pprofAddr})
-	if err != nil {
-		return liveMemoryResult{}, err
-	}
-	defer os.RemoveAll(st.dir)
-	defer st.sim.stop()
-	defer st.gw.stop()
-	defer st.proxy.stop()
+	defer st.close()
 	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, watch{}) // as the RSS phase, after a warm-up
 	before, err := liveMemory(pprofAddr, filepath.Join(st.dir, "heap-before.txt"))
 	if err != nil {
@@ -220,28 +209,19 @@ func liveMemory(pprofAddr, path string) (memStats, error) {
 func profileLowRate(cfg Config, st *stack, dir, pprofAddr string, seconds int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ddb, err := dynamotest.StartDynamoDBLocal(ctx)
+	ddb, storeEnv, key, err := onDynamoDBLocal(ctx, st, "kilnprof-")
+	if ddb != nil {
+		defer ddb.Stop()
+	}
 	if err != nil {
 		return err
 	}
-	defer ddb.Stop()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	dynamoPprof, err := freeAddr()
 	if err != nil {
 		return err
 	}
-	dynamoPprof := ln.Addr().String()
-	ln.Close()
-	env := append(slices.Clone(st.env), "KILN_STORE=dynamodb", "KILN_DYNAMODB_ENDPOINT="+ddb.Endpoint,
-		"KILN_TABLE_PREFIX=kilnprof-", "AWS_REGION=us-east-1")
-	if _, err := kilnctl(st.ctlBin, env, "dev", "create-tables", "--json"); err != nil {
-		return err
-	}
-	key, err := seedOrg(st.ctlBin, env)
-	if err != nil {
-		return err
-	}
-	gw, err := start("gateway on DynamoDB Local", st.gwBin, nil, append(env, "KILN_BENCH_PPROF_ADDR="+dynamoPprof),
-		filepath.Join(st.dir, "gateway-dynamodb.log"))
+	env := append(append(slices.Clone(st.env), storeEnv...), "KILN_BENCH_PPROF_ADDR="+dynamoPprof)
+	gw, err := start("gateway on DynamoDB Local", st.gwBin, nil, env, filepath.Join(st.dir, "gateway-dynamodb.log"))
 	if err != nil {
 		return err
 	}
@@ -255,14 +235,7 @@ func profileLowRate(cfg Config, st *stack, dir, pprofAddr string, seconds int) e
 		{"nonstreaming-20rps-sqlite", pprofAddr, st.gw, st.key},
 		{"nonstreaming-20rps-dynamodb", dynamoPprof, gw, key},
 	} {
-		t := st.gateway
-		t.url, t.key = run.gw.base+"/chat/completions", run.key
-		c := newClient(16)
-		body := t.body(nonStreaming)
-		s := server{name: run.name, pid: run.gw.pid(), send: func() error {
-			_, err := call(context.Background(), c, t, body, false)
-			return err
-		}}
+		s := st.server(run.name, run.gw, run.key)
 		rateLoop(s, lowRate, 2*time.Second) // warm up
 		path := filepath.Join(dir, run.name+".pprof")
 		got := make(chan error, 1)
@@ -275,12 +248,8 @@ func profileLowRate(cfg Config, st *stack, dir, pprofAddr string, seconds int) e
 		}
 		fmt.Fprintf(cfg.Log, "== %s: %d requests, %d errors, p50 %v; gateway CPU %.3f ms per request; profile %s\n",
 			run.name, ph.requests, ph.errs, ph.total.q(.5), ph.cpuPerRequest(), path)
-		for _, args := range [][]string{{"-top"}, {"-top", "-cum"}} {
-			top := exec.Command("go", append(append([]string{"tool", "pprof"}, args...), "-nodecount=45", path)...)
-			top.Dir = cfg.Repo
-			top.Stdout, top.Stderr = cfg.Log, cfg.Log
-			_ = top.Run()
-		}
+		pprofTop(cfg, path, "-nodecount=45")
+		pprofTop(cfg, path, "-cum", "-nodecount=45")
 	}
 	return nil
 }

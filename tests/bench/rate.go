@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sync"
 	"time"
-
-	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
 )
 
 // A rate phase sends non-streamed requests at a fixed, low rate and reads the CPU the serving
@@ -66,43 +63,16 @@ func (p ratePhase) switchesPerRequest() float64 {
 // rateLoop sends requests to s at rate for dur, each at its due time whatever the answers' pace,
 // and reads s's CPU before the first and after the last answer.
 func rateLoop(s server, rate float64, dur time.Duration) ratePhase {
-	var p ratePhase
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	interval := time.Duration(float64(time.Second) / rate)
 	cpu0, err0 := processCPU(s.pid)
 	sw0, errSw0 := contextSwitches(s.pid)
-	start := time.Now()
-	for i := 0; ; i++ {
-		due := start.Add(time.Duration(i) * interval)
-		if due.Sub(start) >= dur {
-			break
-		}
-		time.Sleep(time.Until(due))
-		wg.Go(func() {
-			err := s.send()
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				p.errs++
-				if p.firstErr == nil {
-					p.firstErr = err
-				}
-				return
-			}
-			p.requests++
-			p.total = append(p.total, time.Since(due))
-		})
-	}
-	wg.Wait()
-	p.elapsed = time.Since(start)
+	l := paced(rate, dur, 0, s.send)
 	cpu1, err1 := processCPU(s.pid)
 	sw1, errSw1 := contextSwitches(s.pid)
+	p := ratePhase{requests: len(l.total), errs: int(l.errs), firstErr: l.firstErr, cpu: cpu1 - cpu0, switches: sw1 - sw0,
+		elapsed: l.elapsed, total: l.total}
 	if err := errors.Join(err0, err1, errSw0, errSw1); err != nil && p.firstErr == nil {
 		p.firstErr = err
 	}
-	p.cpu, p.switches = cpu1-cpu0, sw1-sw0
-	p.total = p.total.sorted()
 	return p
 }
 
@@ -122,28 +92,10 @@ const lowRate = 20
 // with the baseline gateway (cfg.BaselineBin) beside it when there is one.
 func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults {
 	res := rateResults{phaseFor: cfg.RateFor}
-	httpServer := func(name string, p *proc, key string) server {
-		t := st.gateway
-		t.url, t.key = p.base+"/chat/completions", key
-		c := newClient(16)
-		body := t.body(nonStreaming)
-		return server{name: name, pid: p.pid(), send: func() error {
-			_, err := call(context.Background(), c, t, body, false)
-			return err
-		}}
-	}
-	sqlite := &rateRow{what: "embedded store", rate: lowRate, target: 1.2, gateway: httpServer("gateway", st.gw, st.key)}
+	sqlite := &rateRow{what: "embedded store", rate: lowRate, target: 1.2, gateway: st.server("gateway", st.gw, st.key)}
 	sqliteHigh := &rateRow{what: "embedded store", rate: 500, gateway: sqlite.gateway}
 	// What any Go net/http proxy costs here at the same rate: one request in, one round trip out.
-	bare := &rateRow{what: "none (bare proxy)", rate: lowRate, gateway: server{name: "bare proxy", pid: st.proxy.pid(),
-		send: func() func() error {
-			c := newClient(16)
-			body := st.bare.body(nonStreaming)
-			return func() error {
-				_, err := call(context.Background(), c, st.bare, body, false)
-				return err
-			}
-		}()}}
+	bare := &rateRow{what: "none (bare proxy)", rate: lowRate, gateway: server{name: "bare proxy", pid: st.proxy.pid(), send: sender(st.bare)}}
 	res.rows = []*rateRow{bare, sqlite, sqliteHigh}
 
 	var stop []func()
@@ -153,26 +105,19 @@ func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults 
 		}
 	}()
 	if cfg.BaselineBin != "" {
-		// On a data directory of its own: two processes do not share the embedded store.
-		env := append(slices.Clone(st.env), "KILN_DATA_DIR="+filepath.Join(st.dir, "data-baseline"))
-		key, err := seedOrg(st.ctlBin, env)
-		if err != nil {
-			res.err = fmt.Errorf("baseline gateway: %w", err)
-			return res
-		}
-		p, err := start("baseline gateway", cfg.BaselineBin, nil, env, filepath.Join(st.dir, "baseline-rate.log"))
+		p, key, err := startBaseline(cfg, st, "data-baseline", "baseline-rate.log")
 		if err != nil {
 			res.err = err
 			return res
 		}
 		stop = append(stop, p.stop)
-		b := httpServer("baseline", p, key)
+		b := st.server("baseline", p, key)
 		sqlite.baseline, sqliteHigh.baseline = &b, &b
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	dynamoRows, stopDynamo, err := dynamoRateRows(ctx, cfg, st, httpServer)
+	dynamoRows, stopDynamo, err := dynamoRateRows(ctx, cfg, st)
 	stop = append(stop, stopDynamo...)
 	if err != nil {
 		res.err = err
@@ -232,27 +177,21 @@ func (row *rateRow) servers() []*server {
 // dynamoRateRows starts DynamoDB Local with the benchmark's organization on its tables, a local
 // server on them (and the baseline's, if any) and the Lambda bootstrap, and returns their rows
 // at lowRate and what stops them.
-func dynamoRateRows(ctx context.Context, cfg Config, st *stack, httpServer func(string, *proc, string) server) (rows []*rateRow, stop []func(), err error) {
-	ddb, err := dynamotest.StartDynamoDBLocal(ctx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("rate phases on DynamoDB Local: %w", err)
+func dynamoRateRows(ctx context.Context, cfg Config, st *stack) (rows []*rateRow, stop []func(), err error) {
+	ddb, storeEnv, key, err := onDynamoDBLocal(ctx, st, "kilnrate-")
+	if ddb != nil {
+		stop = append(stop, ddb.Stop)
 	}
-	stop = append(stop, ddb.Stop)
-	storeEnv := []string{"KILN_STORE=dynamodb", "KILN_DYNAMODB_ENDPOINT=" + ddb.Endpoint, "KILN_TABLE_PREFIX=kilnrate-", "AWS_REGION=us-east-1"}
+	if err != nil {
+		return nil, stop, fmt.Errorf("rate phases on DynamoDB Local: %w", err)
+	}
 	env := append(slices.Clone(st.env), storeEnv...)
-	if _, err := kilnctl(st.ctlBin, env, "dev", "create-tables", "--json"); err != nil {
-		return nil, stop, err
-	}
-	key, err := seedOrg(st.ctlBin, env)
-	if err != nil {
-		return nil, stop, err
-	}
 	p, err := start("gateway on DynamoDB Local", st.gwBin, nil, env, filepath.Join(st.dir, "gateway-dynamodb.log"))
 	if err != nil {
 		return nil, stop, err
 	}
 	stop = append(stop, p.stop)
-	local := &rateRow{what: "DynamoDB Local, local server", rate: lowRate, gateway: httpServer("gateway", p, key),
+	local := &rateRow{what: "DynamoDB Local, local server", rate: lowRate, gateway: st.server("gateway", p, key),
 		withLocalPipeOf: "usage"}
 	if cfg.BaselineBin != "" {
 		bp, err := start("baseline gateway on DynamoDB Local", cfg.BaselineBin, nil, env, filepath.Join(st.dir, "baseline-dynamodb.log"))
@@ -260,7 +199,7 @@ func dynamoRateRows(ctx context.Context, cfg Config, st *stack, httpServer func(
 			return nil, stop, err
 		}
 		stop = append(stop, bp.stop)
-		b := httpServer("baseline", bp, key)
+		b := st.server("baseline", bp, key)
 		local.baseline = &b
 	}
 	rows = append(rows, local)

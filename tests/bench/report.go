@@ -53,11 +53,11 @@ func loadAvg() string {
 	return ""
 }
 
-// per-round figures of a list of pairs.
-func perRound(ps []pair, f func(p pair) float64) spread {
-	s := make(spread, 0, len(ps))
-	for _, p := range ps {
-		s = append(s, f(p))
+// perRound is f of each round's measurement: a figure per round.
+func perRound[T any](rounds []T, f func(T) float64) spread {
+	s := make(spread, 0, len(rounds))
+	for _, r := range rounds {
+		s = append(s, f(r))
 	}
 	return s
 }
@@ -287,7 +287,7 @@ func (r *Results) targets(v *reportView) {
 		pc := perRound(ps, func(p pair) float64 { return perChunk(p.gateway) - perChunk(p.direct) })
 		t.add("added time per streamed chunk < 5 µs (1,000-token streams, 1 connection)", "issue 2", pc.fmt("%.2f")+" µs", verdict(pc.median() < 5))
 	}
-	if one, eight := gatewayCPUPerChunk(r.Long[1]), gatewayCPUPerChunk(r.Long[8]); len(one) > 0 || len(eight) > 0 {
+	if one, eight := cpuSpread(r.Long[1], ofGateway, "gateway", true), cpuSpread(r.Long[8], ofGateway, "gateway", true); len(one) > 0 || len(eight) > 0 {
 		t.add("gateway CPU per relayed chunk ≤ 3 µs (1,000-token streams)", "issue 6",
 			fmt.Sprintf("1 conn: %s µs; 8 conns: %s µs", one.fmt("%.2f"), eight.fmt("%.2f")), verdict(len(eight) > 0 && eight.median() <= 3))
 		v.ChunkNote = true
@@ -409,26 +409,24 @@ func (r *Results) streaming(v *reportView) {
 func (r *Results) cpu(v *reportView) {
 	t := table{Head: []string{"measure", "simulator", "proxy", "ratio"}}
 	if ps := r.Closed[8]; len(ps) > 0 {
-		s := perRound(ps, func(p pair) float64 { return cpuPer(p.direct, "simulator", false) })
+		s := cpuSpread(ps, ofDirect, "simulator", false)
 		for _, x := range proxiesOf(ps) {
-			own := perRound(ps, func(p pair) float64 { return cpuPer(x.via(p), x.proc, false) })
-			sim := perRound(ps, func(p pair) float64 { return cpuPer(x.via(p), "simulator", false) })
+			own, sim := cpuSpread(ps, x.via, x.proc, false), cpuSpread(ps, x.via, "simulator", false)
 			t.add("µs CPU per non-streamed request, 8 connections, "+x.name, s.fmt("%.1f"), fmt.Sprintf("%s [%s]", own.fmt("%.1f"), sim.fmt("%.1f")),
 				perRound(ps, func(p pair) float64 { return cpuPer(x.via(p), x.proc, false) / cpuPer(p.direct, "simulator", false) }).fmt("%.2f"))
 		}
 	}
 	for _, n := range []int{1, 8} {
 		if ps := r.Long[n]; len(ps) > 0 {
-			s := perRound(ps, func(p pair) float64 { return cpuPer(p.direct, "simulator", true) })
-			sg := perRound(ps, func(p pair) float64 { return cpuPer(p.gateway, "simulator", true) })
-			t.add("µs CPU per streamed chunk, 1,000-token streams, "+connections(n), s.fmt("%.2f"), fmt.Sprintf("%s [%s]", gatewayCPUPerChunk(ps).fmt("%.2f"), sg.fmt("%.2f")),
+			s, sg := cpuSpread(ps, ofDirect, "simulator", true), cpuSpread(ps, ofGateway, "simulator", true)
+			t.add("µs CPU per streamed chunk, 1,000-token streams, "+connections(n), s.fmt("%.2f"), fmt.Sprintf("%s [%s]", cpuSpread(ps, ofGateway, "gateway", true).fmt("%.2f"), sg.fmt("%.2f")),
 				perRound(ps, func(p pair) float64 { return cpuPer(p.gateway, "gateway", true) / cpuPer(p.direct, "simulator", true) }).fmt("%.2f"))
 		}
 	}
 	for _, n := range []int{1, 8} {
 		if ps := r.Long[n]; len(ps) > 0 {
-			s := perRound(ps, func(p pair) float64 { return cpuPer(p.direct, "simulator", true) })
-			t.add("chunks/s relayed per CPU core (1 / CPU per chunk), "+connections(n), fmt.Sprintf("%.0f", 1e6/s.median()), fmt.Sprintf("%.0f", 1e6/gatewayCPUPerChunk(ps).median()), "")
+			s := cpuSpread(ps, ofDirect, "simulator", true)
+			t.add("chunks/s relayed per CPU core (1 / CPU per chunk), "+connections(n), fmt.Sprintf("%.0f", 1e6/s.median()), fmt.Sprintf("%.0f", 1e6/cpuSpread(ps, ofGateway, "gateway", true).median()), "")
 		}
 	}
 	if ps := r.Closed[8]; len(ps) > 0 {
@@ -549,9 +547,10 @@ func (r *Results) goBench(v *reportView) {
 	v.Store = sv
 }
 
-// gatewayCPUPerChunk is the gateway's CPU per relayed chunk in µs, per round.
-func gatewayCPUPerChunk(ps []pair) spread {
-	return perRound(ps, func(p pair) float64 { return cpuPer(p.gateway, "gateway", true) })
+// cpuSpread is, per round, the named process's CPU in µs per request (per event when chunks)
+// in the phase that via picks.
+func cpuSpread(ps []pair, via side, proc string, chunks bool) spread {
+	return perRound(ps, func(p pair) float64 { return cpuPer(via(p), proc, chunks) })
 }
 
 func connections(n int) string {
@@ -576,9 +575,7 @@ func newCPUBound(ps []pair, cores int) *cpuBoundView {
 	rate := func(of side) float64 {
 		return perRound(ps, func(p pair) float64 { return of(p).rate() }).median()
 	}
-	cpu := func(of side, proc string) float64 {
-		return perRound(ps, func(p pair) float64 { return cpuPer(of(p), proc, false) }).median()
-	}
+	cpu := func(of side, proc string) float64 { return cpuSpread(ps, of, proc, false).median() }
 	xd, xg := rate(ofDirect), rate(ofGateway)
 	b := &cpuBoundView{ThroughGateway: 8 / xg * 1e6, Direct: 8 / xd * 1e6, Cores: cores,
 		Gateway: cpu(ofGateway, "gateway"), Simulator: cpu(ofGateway, "simulator"), LoadGen: cpu(ofGateway, "loadgen")}

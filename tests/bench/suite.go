@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
 )
 
 // Config is what a run measures and how long.
@@ -100,10 +102,7 @@ func Run(cfg Config) (*Results, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(st.dir)
-	defer st.sim.stop()
-	defer st.gw.stop()
-	defer st.proxy.stop()
+	defer st.close()
 	// The load generator is this process: its CPU completes the account of what a request costs.
 	all := watch{"gateway": st.gw.pid(), "simulator": st.sim.pid(), "bareproxy": st.proxy.pid(), "loadgen": os.Getpid()}
 
@@ -316,35 +315,95 @@ func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
 	return st, nil
 }
 
+// close stops the stack's processes and removes its directory.
+func (st *stack) close() {
+	st.proxy.stop()
+	st.gw.stop()
+	st.sim.stop()
+	os.RemoveAll(st.dir)
+}
+
+// through is the gateway's target at the gateway process p, with the organization's key.
+func (st *stack) through(p *proc, key string) target {
+	t := st.gateway
+	t.url, t.key = p.base+"/chat/completions", key
+	return t
+}
+
+// server is the gateway process p, sent non-streamed requests with key.
+func (st *stack) server(name string, p *proc, key string) server {
+	return server{name: name, pid: p.pid(), send: sender(st.through(p, key))}
+}
+
+// sender sends a non-streamed chat completion to t and reads it whole, on one client.
+func sender(t target) func() error {
+	c, body := newClient(16), t.body(nonStreaming)
+	return func() error {
+		_, err := call(context.Background(), c, t, body, false)
+		return err
+	}
+}
+
+// onDynamoDBLocal starts DynamoDB Local, creates through kilnctl the tables under prefix and the
+// benchmark's organization on them, and returns the server (which the caller stops, also after
+// an error), the store's environment for a gateway and the organization's key.
+func onDynamoDBLocal(ctx context.Context, st *stack, prefix string) (*dynamotest.Server, []string, string, error) {
+	ddb, err := dynamotest.StartDynamoDBLocal(ctx)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	env := []string{"KILN_STORE=dynamodb", "KILN_DYNAMODB_ENDPOINT=" + ddb.Endpoint, "KILN_TABLE_PREFIX=" + prefix, "AWS_REGION=us-east-1"}
+	ctlEnv := append(slices.Clone(st.env), env...)
+	if _, err := kilnctl(st.ctlBin, ctlEnv, "dev", "create-tables", "--json"); err != nil {
+		return ddb, nil, "", err
+	}
+	key, err := seedOrg(st.ctlBin, ctlEnv)
+	return ddb, env, key, err
+}
+
+// freeAddr is a loopback address nothing listened on a moment ago.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// measureMemory reads the RSS of the simulator, the gateway and the bare proxy before and while n
+// slow streams through each are open.
 func measureMemory(st *stack, n int) memory {
 	m := memory{streams: n}
-	m.simIdle, _ = rss(st.sim.pid())
-	opened, closeAll, err := openStreams(st.direct, n, 30*time.Second)
-	time.Sleep(500 * time.Millisecond)
-	m.directOpened, m.directErr = opened, err
-	m.simOpen, _ = rss(st.sim.pid())
-	closeAll()
-	time.Sleep(time.Second)
-
-	m.gwIdle, _ = rss(st.gw.pid())
-	m.simIdleGw, _ = rss(st.sim.pid())
-	opened, closeAll, err = openStreams(st.gateway, n, 30*time.Second)
-	time.Sleep(500 * time.Millisecond)
-	m.gatewayOpen, m.gatewayErr = opened, err
-	m.gwOpen, _ = rss(st.gw.pid())
-	m.simOpenGw, _ = rss(st.sim.pid())
-	closeAll()
-	time.Sleep(time.Second) // settlement of the cancelled streams
-
+	before, with, opened, err := heldRSS(st.direct, n, st.sim.pid())
+	m.simIdle, m.simOpen, m.directOpened, m.directErr = before[0], with[0], opened, err
+	before, with, opened, err = heldRSS(st.gateway, n, st.gw.pid(), st.sim.pid())
+	m.gwIdle, m.simIdleGw, m.gwOpen, m.simOpenGw, m.gatewayOpen, m.gatewayErr = before[0], before[1], with[0], with[1], opened, err
 	// What net/http alone holds on both sides of a proxied stream.
-	m.proxyIdle, _ = rss(st.proxy.pid())
-	opened, closeAll, err = openStreams(st.bare, n, 30*time.Second)
+	before, with, opened, err = heldRSS(st.bare, n, st.proxy.pid())
+	m.proxyIdle, m.proxyOpen, m.proxyOpened, m.proxyErr = before[0], with[0], opened, err
+	return m
+}
+
+// heldRSS opens n slow streams through t and reads the RSS of the processes pids before they
+// opened and while they are open; then it closes them and waits a second for their settlement.
+func heldRSS(t target, n int, pids ...int) (before, with []int64, opened int, err error) {
+	read := func() []int64 {
+		out := make([]int64, len(pids))
+		for i, pid := range pids {
+			var rerr error
+			out[i], rerr = rss(pid)
+			err = errors.Join(err, rerr)
+		}
+		return out
+	}
+	before = read()
+	opened, closeAll, openErr := openStreams(t, n, 30*time.Second)
 	time.Sleep(500 * time.Millisecond)
-	m.proxyOpened, m.proxyErr = opened, err
-	m.proxyOpen, _ = rss(st.proxy.pid())
+	with = read()
 	closeAll()
 	time.Sleep(time.Second)
-	return m
+	return before, with, opened, errors.Join(openErr, err)
 }
 
 // measureColdStart times, for each binary, exec to the first 200 answer to a chat completion;
@@ -371,12 +430,10 @@ func measureColdStart(st *stack, rounds int) cold {
 // coldStart execs bin listening on a free port (through addrFlag, or KILN_ADDR in env) and
 // returns the milliseconds until a chat completion first answers 200.
 func coldStart(bin string, env, extraEnv []string, addrFlag string, t target, model, logPath string) (float64, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := freeAddr()
 	if err != nil {
 		return 0, err
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	var args []string
 	if addrFlag != "" {
 		args = []string{addrFlag, addr}
