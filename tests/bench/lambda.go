@@ -148,7 +148,7 @@ type lambdaStart struct{ init, cold, warm float64 }
 // of the same event. The process is then killed, as Lambda ends an execution environment.
 func lambdaColdStart(task string, env []string, event []byte, logPath string) (lambdaStart, error) {
 	var s lambdaStart
-	b, err := startBootstrap(task, env, event, logPath)
+	b, err := startBootstrap(task, env, nil, event, logPath)
 	if err != nil {
 		return s, err
 	}
@@ -179,15 +179,11 @@ type bootstrap struct {
 }
 
 // startBootstrap execs the bootstrap in task with the environment Lambda gives a function plus
-// env, with first queued as its first invocation (which the caller waits for with wait).
-func startBootstrap(task string, env []string, first []byte, logPath string) (*bootstrap, error) {
-	return startLimited(task, env, nil, first, logPath)
-}
-
-// startLimited is startBootstrap with the process in the cgroup limit from its first
-// instruction when limit is not nil (a shell puts itself there and execs the bootstrap), so
-// that its init runs under the limit and the Go runtime sees it as it would on Lambda.
-func startLimited(task string, env []string, limit *cpuLimit, first []byte, logPath string) (_ *bootstrap, err error) {
+// env, with first queued as its first invocation (which the caller waits for with wait). With a
+// limit, the process is in that cgroup from its first instruction (a shell puts itself there and
+// execs the bootstrap), so that its init runs under the limit and the Go runtime sees it as it
+// would on Lambda.
+func startBootstrap(task string, env []string, limit *cpuLimit, first []byte, logPath string) (_ *bootstrap, err error) {
 	api, err := startRuntimeAPI()
 	if err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -119,7 +120,7 @@ func memoryRun(task string, env []string, mb int, event []byte, logPath string, 
 		}
 		defer limit.remove()
 	}
-	b, err := startLimited(task, env, limit, event, logPath)
+	b, err := startBootstrap(task, env, limit, event, logPath)
 	if err != nil {
 		return s, 0, 0, err
 	}
@@ -168,19 +169,9 @@ func memoryRun(task string, env []string, mb int, event []byte, logPath string, 
 		m.requests += memoryWarmInvocations
 		after, _ := os.ReadFile(logPath)
 		grown := after[min(len(before), len(after)):]
-		logBytes, logLines = float64(len(grown)), float64(countLines(grown))
+		logBytes, logLines = float64(len(grown)), float64(bytes.Count(grown, []byte("\n")))
 	}
 	return s, logBytes, logLines, nil
-}
-
-func countLines(b []byte) int {
-	n := 0
-	for _, c := range b {
-		if c == '\n' {
-			n++
-		}
-	}
-	return n
 }
 
 // added is, per round, what size mb added to f over the unlimited start of the same round.

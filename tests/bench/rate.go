@@ -212,7 +212,7 @@ func dynamoRateRows(ctx context.Context, cfg Config, st *stack) (rows []*rateRow
 	if err != nil {
 		return rows, stop, err
 	}
-	b, err := startBootstrap(task, storeEnv, event, filepath.Join(st.dir, "lambda-rate.log"))
+	b, err := startBootstrap(task, storeEnv, nil, event, filepath.Join(st.dir, "lambda-rate.log"))
 	if err != nil {
 		return rows, stop, err
 	}

@@ -207,16 +207,13 @@ type reportView struct {
 	Closed    table
 	Open      *table
 	Streaming table
-	Short     *struct {
-		Direct, Gateway             string
-		DirectErrors, GatewayErrors int64
-	}
-	CPU     table
-	Memory  *memoryView
-	Cold    *coldView
-	GoBench *goBenchView
-	Store   *storeView
-	Errors  []string
+	Short     *shortView
+	CPU       table
+	Memory    *memoryView
+	Cold      *coldView
+	GoBench   *goBenchView
+	Store     *storeView
+	Errors    []string
 	// Rates, Baseline and Cost are computed in report_rate.go and report_cost.go.
 	Rates    *ratesView
 	Baseline *baselineView
@@ -227,11 +224,26 @@ type memoryView struct {
 	Streams int
 	Table   table
 	Errors  string
-	Live    *struct {
-		Opened             int
-		Total, Heap, Stack float64
-	}
+	Live    *liveView
 	LiveErr error
+}
+
+// shortView is the rate and the errors of 16-token streams at 8 connections.
+type shortView struct {
+	Direct, Gateway             string
+	DirectErrors, GatewayErrors int64
+}
+
+// liveView is what each open stream holds in the gateway by the runtime's count, in KiB.
+type liveView struct {
+	Opened             int
+	Total, Heap, Stack float64
+}
+
+// chunkView is what the gateway adds per relayed chunk in the Go benchmark.
+type chunkView struct {
+	Allocs, Bytes, Micros float64
+	Long, Short, Extra    int
 }
 
 type coldView struct {
@@ -243,10 +255,7 @@ type goBenchView struct {
 	Command string
 	Table   table
 	Hot     *struct{ Allocs, Bytes, Micros float64 }
-	Chunk   *struct {
-		Allocs, Bytes, Micros float64
-		Long, Short, Extra    int
-	}
+	Chunk   *chunkView
 }
 
 type storeView struct {
@@ -398,10 +407,7 @@ func (r *Results) streaming(v *reportView) {
 	v.Streaming = t
 	if ps := r.Short; len(ps) > 0 {
 		de, ge := errsOf(ps, ofGateway)
-		v.Short = &struct {
-			Direct, Gateway             string
-			DirectErrors, GatewayErrors int64
-		}{perRound(ps, func(p pair) float64 { return p.direct.rate() }).fmt("%.0f"),
+		v.Short = &shortView{perRound(ps, func(p pair) float64 { return p.direct.rate() }).fmt("%.0f"),
 			perRound(ps, func(p pair) float64 { return p.gateway.rate() }).fmt("%.0f"), de, ge}
 	}
 }
@@ -468,10 +474,7 @@ func (r *Results) memory(v *reportView) {
 		mv.Errors = fmt.Sprintf("direct %v; gateway %v; bare proxy %v", mm.directErr, mm.gatewayErr, mm.proxyErr)
 	}
 	if l := mm.live; l.opened > 0 {
-		mv.Live = &struct {
-			Opened             int
-			Total, Heap, Stack float64
-		}{l.opened, kib(l.perStream.total()), kib(l.perStream.heapInuse), kib(l.perStream.stack)}
+		mv.Live = &liveView{l.opened, kib(l.perStream.total()), kib(l.perStream.heapInuse), kib(l.perStream.stack)}
 	}
 	v.Memory = mv
 }
@@ -515,10 +518,7 @@ func (r *Results) goBench(v *reportView) {
 		size, ok2 := relayPerChunk(r.GoBench, "B/op")
 		ns, ok3 := relayPerChunk(r.GoBench, "ns/op")
 		if ok1 && ok2 && ok3 {
-			gv.Chunk = &struct {
-				Allocs, Bytes, Micros float64
-				Long, Short, Extra    int
-			}{allocs, size, ns / 1000, longChunkTokens, shortChunkTokens, longChunkTokens - shortChunkTokens}
+			gv.Chunk = &chunkView{allocs, size, ns / 1000, longChunkTokens, shortChunkTokens, longChunkTokens - shortChunkTokens}
 		}
 		v.GoBench = gv
 	}
