@@ -85,7 +85,14 @@ type billView struct {
 	Ops                        []pathUnits // write units per warm request by operation
 	Tables                     []pathUnits // and by table or index
 	Indexes                    bool        // a global secondary index is among Tables
-	Extra, Leaves              float64
+	Extra, Leaves              float64     // beyond the floor now, and what the target leaves above it
+	Prices                     prices
+}
+
+// prices are the list prices the bill uses, per million of each unit (per GB-second and per GB
+// as they are).
+type prices struct {
+	GBSecond, Invocation, WriteUnit, ReadUnit, Pipe, SQS, LogGB float64
 }
 
 // pathUnits is the write units per warm request of one operation, table or index of the
@@ -143,7 +150,8 @@ func (r *Results) bill(m lambdaMemory, chosen int) *billView {
 	gbs := func(mb int, sec float64) float64 { return float64(mb) / 1024 * sec }
 	b := &billView{StreamSec: typicalStreamSec, Prompt: typicalPrompt, Completion: typicalCompletion, Model: typicalModel,
 		Chosen: chosen, OwnMS: 1000 * overhead(chosen), FloorMB: floorMemoryMB, MaxBillOverFloor: maxBillOverFloor,
-		REST: priceRESTRequest * 1e6, LogBytes: m.logBytes, LogLines: m.logLines, LogEventOverhead: logEventOverhead,
+		REST: priceRESTRequest * 1e6, Prices: prices{priceGBSecond, priceInvocation * 1e6, priceWriteUnit * 1e6, priceReadUnit * 1e6,
+			pricePipeRequest * 1e6, priceSQSRequest * 1e6, priceLogGB}, LogBytes: m.logBytes, LogLines: m.logLines, LogEventOverhead: logEventOverhead,
 		Lambda:   dollars{gbs(1024, typicalStreamSec+overhead(0)) * priceGBSecond * 1e6, gbs(chosen, typicalStreamSec+overhead(chosen)) * priceGBSecond * 1e6},
 		Requests: dollars{priceInvocation * 1e6, priceInvocation * 1e6},
 		Floor:    gbs(floorMemoryMB, typicalStreamSec)*priceGBSecond*1e6 + priceInvocation*1e6}
