@@ -157,12 +157,12 @@ func lambdaColdStart(task string, env []string, event []byte, logPath string) (l
 	if err != nil {
 		return s, err
 	}
-	s.cold, s.init = ms(end.Sub(b.started)), ms((<-b.api.asked).Sub(b.started))
-	queued := time.Now()
-	if end, err = b.invoke(event); err != nil {
+	s.cold, s.init = ms(end.at.Sub(b.started)), ms((<-b.api.asked).Sub(b.started))
+	queued, warm, err := b.invoke(event)
+	if err != nil {
 		return s, err
 	}
-	s.warm = ms(end.Sub(queued))
+	s.warm = ms(warm.at.Sub(queued))
 	return s, nil
 }
 
@@ -231,33 +231,21 @@ func startBootstrap(task string, env []string, limit *cpuLimit, first []byte, lo
 
 func (b *bootstrap) pid() int { return b.cmd.Process.Pid }
 
-// invoke queues event as the next invocation and returns when its response has arrived whole.
-func (b *bootstrap) invoke(event []byte) (time.Time, error) {
-	_, end, err := b.invokeTimed(event)
-	return end.at, err
-}
-
-// invokeTimed is invoke, with when the invocation was queued and how its response ended (when
-// its first data: event arrived, among others).
-func (b *bootstrap) invokeTimed(event []byte) (queued time.Time, end invocationEnd, err error) {
+// invoke queues event as the next invocation and returns, when its response has arrived whole,
+// when the invocation was queued and how its response ended.
+func (b *bootstrap) invoke(event []byte) (queued time.Time, end invocationEnd, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.n++
 	id := requestID(b.n)
 	queued = time.Now()
 	b.api.queue <- invocation{id: id, event: event}
-	end, err = b.waitEnd(id)
+	end, err = b.wait(id)
 	return queued, end, err
 }
 
-// wait returns when the response of invocation id has arrived whole.
-func (b *bootstrap) wait(id string) (time.Time, error) {
-	end, err := b.waitEnd(id)
-	return end.at, err
-}
-
-// waitEnd is wait, with how the response ended.
-func (b *bootstrap) waitEnd(id string) (invocationEnd, error) {
+// wait returns how the response of invocation id ended, once it has arrived whole.
+func (b *bootstrap) wait(id string) (invocationEnd, error) {
 	select {
 	case e := <-b.api.ended:
 		if e.err == nil && e.id != id {

@@ -129,7 +129,7 @@ func memoryRun(task string, env []string, mb int, event []byte, logPath string, 
 	if err != nil {
 		return s, 0, 0, err
 	}
-	s.cold = ms(end.Sub(b.started))
+	s.cold = ms(end.at.Sub(b.started))
 	counter.take()
 	before, _ := os.ReadFile(logPath)
 	var throttled0 int64
@@ -138,7 +138,7 @@ func memoryRun(task string, env []string, mb int, event []byte, logPath string, 
 	}
 	var first, whole []float64
 	for range memoryWarmInvocations {
-		queued, end, err := b.invokeTimed(event)
+		queued, end, err := b.invoke(event)
 		if err != nil {
 			return s, 0, 0, err
 		}

@@ -222,7 +222,7 @@ func dynamoRateRows(ctx context.Context, cfg Config, st *stack) (rows []*rateRow
 	}
 	rows = append(rows, &rateRow{what: "DynamoDB Local, Lambda bootstrap", rate: lowRate, target: 1, onAWS: true,
 		gateway: server{name: "bootstrap", pid: b.pid(), send: func() error {
-			_, err := b.invoke(event)
+			_, _, err := b.invoke(event)
 			return err
 		}}})
 	return rows, stop, nil
