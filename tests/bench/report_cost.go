@@ -206,7 +206,9 @@ func (r *Results) bill(m lambdaMemory, chosen int) *billView {
 	}
 	for _, op := range ops {
 		b.Calls += float64(m.capacity[op].Calls) / float64(m.requests)
-		b.Ops = append(b.Ops, pathUnits{Name: op, Units: m.capacity[op].Write / float64(m.requests)})
+		if w := m.capacity[op].Write; w > 0 { // the prose names what writes; a key lookup only reads
+			b.Ops = append(b.Ops, pathUnits{Name: op, Units: w / float64(m.requests)})
+		}
 	}
 	for _, t := range tables {
 		// The counter names a global secondary index "table/index/name".
