@@ -318,6 +318,10 @@ func newHarness(t testing.TB, cfgs ...config) *harness {
 		Upstream: upstream.New(cat, uopt),
 		// Revocations, suspensions and maintenance take effect on the next request.
 		CacheTTL: time.Nanosecond,
+		// Far above what SQLite takes, so that a loaded machine does not turn an answer into a
+		// 503 store_unavailable (the default 2 s was passed under -race at load average 19);
+		// the tests of the deadline set their own.
+		AdmitTimeout: 30 * time.Second,
 	}
 	if cfg.wrapStore != nil {
 		opt.Store = cfg.wrapStore(opt.Store)
