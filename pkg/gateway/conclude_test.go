@@ -37,11 +37,15 @@ func (s *slowStore) Settle(ctx context.Context, st store.Settlement) (store.Sett
 	if s.failSettle.Load() {
 		return store.SettleResult{}, errStoreStalled
 	}
-	res, err := s.Gateway.Settle(ctx, st)
-	if err == nil && s.lostAnswers.Add(-1) >= 0 {
+	if s.lostAnswers.Add(-1) >= 0 {
+		// The store has the write and commits it whatever the caller's deadline (which a loaded
+		// machine can pass first: SettleWait may be 1 ms); only its answer does not come back.
+		if _, err := s.Gateway.Settle(context.WithoutCancel(ctx), st); err != nil {
+			return store.SettleResult{}, err
+		}
 		return store.SettleResult{}, errStoreStalled
 	}
-	return res, err
+	return s.Gateway.Settle(ctx, st)
 }
 
 func (s *slowStore) Renew(ctx context.Context, l store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
