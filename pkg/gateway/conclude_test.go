@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -36,11 +37,15 @@ func (s *slowStore) Settle(ctx context.Context, st store.Settlement) (store.Sett
 	if s.failSettle.Load() {
 		return store.SettleResult{}, errStoreStalled
 	}
-	res, err := s.Gateway.Settle(ctx, st)
-	if err == nil && s.lostAnswers.Add(-1) >= 0 {
+	if s.lostAnswers.Add(-1) >= 0 {
+		// The store has the write and commits it whatever the caller's deadline (which a loaded
+		// machine can pass first: SettleWait may be 1 ms); only its answer does not come back.
+		if _, err := s.Gateway.Settle(context.WithoutCancel(ctx), st); err != nil {
+			return store.SettleResult{}, err
+		}
 		return store.SettleResult{}, errStoreStalled
 	}
-	return res, err
+	return s.Gateway.Settle(ctx, st)
 }
 
 func (s *slowStore) Renew(ctx context.Context, l store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
@@ -157,34 +162,71 @@ func TestAnswerWithheldWithoutItsSettlement(t *testing.T) {
 // TestFenceStopsAStreamWhoseLeaseLapses: a stream whose lease cannot be renewed is stopped before
 // the lease expires — it ends with a slot_lost event and is billed what it delivered — so that
 // the organization never has more requests served than its limit, however long the store stalls.
+// The gateway runs on a fake clock that the test moves to just before the fence and then onto
+// it, so that the machine's load cannot make the fence look late.
 func TestFenceStopsAStreamWhoseLeaseLapses(t *testing.T) {
 	t.Parallel()
-	const ttl = 900 * time.Millisecond
+	const (
+		ttl       = time.Minute
+		every     = ttl / 3     // renewals
+		fence     = ttl - ttl/6 // a sixth of the lease before it expires
+		maxTokens = 100000      // 2,000 s at 20 ms a token: the fence ends it, not its length
+	)
+	clk := newFakeClock(time.Now())
 	slow := &slowStore{}
 	h := newHarness(t, config{
-		gateway:   func(o *Options) { o.LeaseTTL = ttl },
+		gateway:   func(o *Options) { o.Clock = clk; o.LeaseTTL = ttl },
 		wrapStore: func(s store.Gateway) store.Gateway { slow.Gateway = s; return slow },
 	})
 	key, _ := h.newOrg("org_fence", "1", 1)
 	slow.failRenew.Store(true)
 	s := h.stream(req{path: "/v1/chat/completions", key: key,
-		body: chatBody("gpt-oss-120b", "slow [[sim:delay_ms=50]]", `"max_tokens":200`, `"stream":true`)})
-	evs := s.all()
+		body: chatBody("gpt-oss-120b", "slow [[sim:delay_ms=20]]", `"max_tokens":`+strconv.Itoa(maxTokens), `"stream":true`)})
+	began := clk.Now()
+	var evs []event
+	// readContent reads the stream until n more chunks of content arrived.
+	readContent := func(n int) {
+		t.Helper()
+		for n > 0 {
+			ev, err := s.next()
+			if err != nil {
+				t.Fatalf("stream ended after %d events: %v", len(evs), err)
+			}
+			if strings.Contains(ev.data, `"code":"slot_lost"`) {
+				t.Fatalf("stream fenced %v into its lease, before its fence at %v", clk.Now().Sub(began), fence)
+			}
+			evs = append(evs, ev)
+			if ev.comment == "" && parseChunk(t, ev.data).hasContent() {
+				n--
+			}
+		}
+	}
+	clk.armedAt(t, fence)
+	readContent(3)
+	// Two renewals fail; the stream is still served a moment before the fence.
+	for range 2 {
+		clk.advance(every)
+		clk.armedAt(t, every)
+	}
+	clk.advance(fence - 2*every - time.Millisecond)
+	readContent(3)
+	clk.advance(time.Millisecond)
+	evs = append(evs, s.all()...)
 	last := evs[len(evs)-1]
 	if !strings.Contains(last.data, `"code":"slot_lost"`) {
 		t.Fatalf("stream without renewals ended with %q", last.data)
 	}
 	content := 0
-	for _, ev := range evs {
-		if strings.Contains(ev.data, `"content":"tok`) {
+	for _, ev := range dataEvents(evs) {
+		if parseChunk(t, ev.data).hasContent() {
 			content++
 		}
 	}
 	ev := h.waitEvent("org_fence", s.resp.Header.Get(GenerationHeader))
-	if ev.Status != usage.StatusSlotLost || ev.CompletionTokens < int64(content) || ev.CompletionTokens >= 200 {
+	if ev.Status != usage.StatusSlotLost || ev.CompletionTokens < int64(content) || ev.CompletionTokens >= maxTokens {
 		t.Errorf("record of the fenced stream: %+v; want slot_lost, billed at least the %d chunks delivered", ev, content)
 	}
-	// It stopped before its lease expired (the fence is a sixth of the lease before it).
+	// It stopped before its lease expired, by the gateway's clock.
 	if d := time.Duration(ev.DurationMillis) * time.Millisecond; d >= ttl {
 		t.Errorf("the fenced stream ran %v, past its %v lease", d, ttl)
 	}

@@ -318,6 +318,10 @@ func newHarness(t testing.TB, cfgs ...config) *harness {
 		Upstream: upstream.New(cat, uopt),
 		// Revocations, suspensions and maintenance take effect on the next request.
 		CacheTTL: time.Nanosecond,
+		// Far above what SQLite takes, so that a loaded machine does not turn an answer into a
+		// 503 store_unavailable (the default 2 s was passed under -race at load average 19);
+		// the tests of the deadline set their own.
+		AdmitTimeout: 30 * time.Second,
 	}
 	if cfg.wrapStore != nil {
 		opt.Store = cfg.wrapStore(opt.Store)
@@ -712,3 +716,63 @@ func deref(s *string) string {
 	}
 	return *s
 }
+
+// gatedBackend is a simulator serving the model "gated/model" whose streams pause after their
+// first chunk until open is closed, so that a test, not the machine's load, decides when a stream
+// ends. Its base URL ends in /v1.
+type gatedBackend struct {
+	URL  string
+	open chan struct{}
+}
+
+func newGatedBackend(t testing.TB) *gatedBackend {
+	t.Helper()
+	sim := simulator.New(simulator.Config{Models: []simulator.Model{{Name: "gated/model", ContextLength: 4096}}})
+	g := &gatedBackend{open: make(chan struct{})}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sim.ServeHTTP(&gatedWriter{ResponseWriter: w, open: g.open, done: r.Context().Done()}, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(g.release) // registered last, so it runs first: no stream is left waiting
+	g.URL = srv.URL + "/v1"
+	return g
+}
+
+// release lets every stream, paused or still to come, run to its end.
+func (g *gatedBackend) release() {
+	select {
+	case <-g.open:
+	default:
+		close(g.open)
+	}
+}
+
+// model renders the catalog entry "gated" served by the backend, for config.extraModels.
+func (g *gatedBackend) model() string {
+	return extraModel("gated", backendYAML("gated-1", g.URL, "gated/model"))
+}
+
+// gatedWriter holds every write after the first flush until open is closed or the request ends.
+type gatedWriter struct {
+	http.ResponseWriter
+	open, done <-chan struct{}
+	flushed    bool
+}
+
+func (w *gatedWriter) Write(b []byte) (int, error) {
+	if w.flushed {
+		select {
+		case <-w.open:
+		case <-w.done:
+			return 0, net.ErrClosed
+		}
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *gatedWriter) FlushError() error {
+	w.flushed = true
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *gatedWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

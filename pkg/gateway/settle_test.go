@@ -156,39 +156,71 @@ func modelOf(t *testing.T, id string) string {
 	return id
 }
 
-// renewCounter counts lease renewals, each made slow so that settlement often meets one in
-// flight.
+// renewCounter counts lease renewals; the renewals from the heldFrom-th on wait for held to be
+// closed before they reach the store, so that settlement meets one in flight.
 type renewCounter struct {
 	store.Gateway
-	n atomic.Int64
+	n        atomic.Int64
+	heldFrom int64
+	held     chan struct{}
 }
 
 func (s *renewCounter) Renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
-	s.n.Add(1)
-	time.Sleep(20 * time.Millisecond)
+	if s.n.Add(1) >= s.heldFrom {
+		<-s.held
+	}
 	return s.Gateway.Renew(ctx, lease, now, ttl)
 }
 
 // TestLeaseRenewal checks that a stream longer than the lease keeps its slot, and that renewals
-// stop when the request is settled.
+// stop when the request is settled. The gateway runs on a fake clock, which the test moves on
+// through more than two lease lifetimes while a backend holds the stream open, so that neither
+// the machine's load nor the scheduler can make a renewal late.
 func TestLeaseRenewal(t *testing.T) {
 	t.Parallel()
-	rc := &renewCounter{}
+	const ttl, every = time.Minute, 20 * time.Second // renewed every third of the lease
+	clk := newFakeClock(time.Now())
+	const renewals = 7 // while the stream runs: 140 s, past two lifetimes of the first lease
+	rc := &renewCounter{heldFrom: renewals + 1, held: make(chan struct{})}
+	t.Cleanup(func() { close(rc.held) })
+	gated := newGatedBackend(t)
 	h := newHarness(t,
-		// Renewed every 200 ms: a renewal must be late by 400 ms, even on a busy machine (a
-		// review saw 200 ms exceeded under -race), for the lease to lapse.
-		config{gateway: func(o *Options) { o.LeaseTTL = 600 * time.Millisecond }},
+		config{gateway: func(o *Options) { o.Clock = clk; o.LeaseTTL = ttl }},
 		config{wrapStore: func(s store.Gateway) store.Gateway { rc.Gateway = s; return rc }},
+		config{extraModels: gated.model()},
 	)
 	key, _ := h.newOrg("org_one", "1", 1)
 
 	s := h.stream(req{path: "/v1/chat/completions", key: key,
-		body: chatBody("qwen3-32b", "long [[sim:delay_ms=200]]", `"max_tokens":10`, `"stream":true`)})
-	time.Sleep(1400 * time.Millisecond) // more than two lease lifetimes
+		body: chatBody("gated", "long", `"max_tokens":10`, `"stream":true`)})
+	if s.resp.StatusCode != 200 {
+		t.Fatalf("stream: %d", s.resp.StatusCode)
+	}
+	clk.armedAt(t, every)
+	// Each renewal has been made, and the next one armed, before the clock moves again.
+	for i := range renewals {
+		clk.advance(every)
+		clk.armedAt(t, every)
+		if n := rc.n.Load(); n != int64(i+1) {
+			t.Fatalf("%d renewals after %v", n, time.Duration(i+1)*every)
+		}
+	}
 	if r := h.do(req{path: "/v1/chat/completions", key: key, body: chatBody("qwen3-32b", "second")}); r.status != 429 {
 		t.Errorf("second request while the first still streams: %d %s", r.status, r.body)
 	}
-	s.all()
+	// One more renewal is held in flight while the stream ends and is settled.
+	clk.advance(every)
+	for deadline := time.Now().Add(10 * time.Second); rc.n.Load() <= renewals; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no renewal after the clock passed its time")
+		}
+	}
+	gated.release()
+	if evs := dataEvents(s.all()); len(evs) == 0 || evs[len(evs)-1].data != "[DONE]" {
+		t.Fatalf("the long stream did not end complete: %v", evs)
+	}
+	h.waitIdle("org_one")
+	rc.held <- struct{}{} // the held renewal goes on, to find its request settled
 
 	for i := range 10 {
 		// The slot is released when settlement ends, a moment after the client read the end.
@@ -199,11 +231,13 @@ func TestLeaseRenewal(t *testing.T) {
 		}
 	}
 	h.waitIdle("org_one")
-	settled := rc.n.Load()
-	if settled == 0 {
-		t.Fatal("no lease was renewed")
+	// Settlement stops a request's renewals and fence: nothing is left armed on the clock, so
+	// moving it on renews nothing.
+	if d, armed := clk.soonest(time.Duration(1<<63 - 1)); armed {
+		t.Errorf("a timer still armed %v ahead after every request was settled", d)
 	}
-	time.Sleep(400 * time.Millisecond) // two renewal intervals
+	settled := rc.n.Load()
+	clk.advance(2 * every)
 	if n := rc.n.Load(); n != settled {
 		t.Errorf("%d renewals after every request was settled", n-settled)
 	}

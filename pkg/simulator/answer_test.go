@@ -465,8 +465,10 @@ func TestDelays(t *testing.T) {
 	const step = 30 * time.Millisecond
 
 	t.Run("delay_ms between streamed tokens", func(t *testing.T) {
-		resp := post(t, srv, "/v1/chat/completions", chatBody(qwen, "[[sim:delay_ms=30]]", `"stream":true,"max_tokens":3`))
+		// From before the request: the delays may have begun before a loaded machine returned
+		// the response's headers to the test.
 		start := time.Now()
+		resp := post(t, srv, "/v1/chat/completions", chatBody(qwen, "[[sim:delay_ms=30]]", `"stream":true,"max_tokens":3`))
 		s := readStream(t, resp)
 		if elapsed := time.Since(start); elapsed < 3*step {
 			t.Errorf("stream took %v, want at least %v", elapsed, 3*step)

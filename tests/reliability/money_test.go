@@ -198,13 +198,14 @@ func TestStoreFrozenPastLease(t *testing.T) {
 }
 
 // TestMoneyUnderChaos drives random concurrent work through three gateways on one DynamoDB Local:
-// an organization with a few cents and a limit of 3 flooded by clients that retry 402s and 429s
+// an organization with a few cents and a limit of 2 flooded by clients that retry 402s and 429s
 // after 100–300 ms, streamed and non-streamed answers of random length, clients that leave mid-
-// stream, and one gateway SIGKILLed in the middle. From the store's own records, sampled all the
-// while and read afterwards: no balance or available amount was ever below zero, never more than
-// the limit of leases at once, every answer a client received complete was debited exactly its
-// usage.cost once, nothing was debited without a usage record, and the final balance is the
-// top-up less the debits. Settlements of the flooded organization commit within a second.
+// stream, top-ups once the credits ran out, and one gateway SIGKILLed in the middle. From the
+// store's own records, sampled all the while and read afterwards: no balance or available amount
+// was ever below zero, never more than the limit of leases at once, every answer a client
+// received complete was debited exactly its usage.cost once, nothing was debited without a usage
+// record, and the final balance is the top-up less the debits. Settlements of the flooded
+// organization commit within a second.
 func TestMoneyUnderChaos(t *testing.T) {
 	st, gws := dynamoGateways(t, 3, "3s")
 	// A request reserves about $0.00012: with $0.0004 three fit, and the limit of 2 binds first,
@@ -275,10 +276,27 @@ func TestMoneyUnderChaos(t *testing.T) {
 			}
 		})
 	}
-	// A top-up now and then keeps requests flowing between 402s.
+	// A top-up now and then keeps requests flowing between 402s: at least 2 s after the last
+	// one, and once the organization has been refused for credits since, so that 402s and 429s
+	// mix however few requests a loaded machine lets through (at 8 answers a second, a top-up
+	// every 2 s outran the debits and no 402 came).
 	topUps := money.Amount(0)
+	refused := 0
 	for i := range 6 {
 		time.Sleep(2 * time.Second)
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(20 * time.Millisecond) {
+			mu.Lock()
+			n := counts["402"]
+			mu.Unlock()
+			if n > refused {
+				refused = n
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("no 402 within a minute before top-up %d", i)
+				break
+			}
+		}
 		amount := money.Amount(50_000_000) // $0.00005
 		if err := st.AddEntry(context.Background(), store.LedgerEntry{ID: fmt.Sprintf("chaos_top_%d", i), OrgID: org, Kind: store.EntryTopUp, Amount: amount, At: time.Now()}); err != nil {
 			t.Fatal(err)
