@@ -1,7 +1,11 @@
 package openai
 
 import (
+	"bytes"
+	"cmp"
+	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -34,6 +38,81 @@ type ChatCompletionMessage struct {
 	Role       jsontext.Value `json:"role,omitzero"`
 	ToolCallID jsontext.Value `json:"tool_call_id,omitzero"`
 	Content    jsontext.Value `json:"content,omitzero"` // a string, or an array of ContentPart
+}
+
+// Read sets r's members from fields, the members of raw that ParseRequest returned: what
+// Decode reads of a body, without reading it again.
+func (r *ChatCompletionRequest) Read(raw []byte, fields []Field) {
+	for _, f := range fields {
+		key := raw[f.KeyStart+1 : f.KeyEnd-1]
+		if f.escaped {
+			key = []byte(f.Key(raw))
+		}
+		var member *jsontext.Value
+		switch string(key) {
+		case "model":
+			member = &r.Model
+		case "stream":
+			member = &r.Stream
+		case "stream_options":
+			member = &r.StreamOptions
+		case "messages":
+			member = &r.Messages
+		case "tools":
+			member = &r.Tools
+		case "tool_choice":
+			member = &r.ToolChoice
+		case "reasoning_effort":
+			member = &r.ReasoningEffort
+		case "ignore_eos":
+			member = &r.IgnoreEOS
+		default:
+			continue
+		}
+		*member = f.Value(raw)
+	}
+}
+
+// ReadMessages reads a chat request's messages, an array that ParseRequest has checked, into
+// dst[:0] in one pass, as Decode reads each element. It stops at the first element that is not
+// an object and returns its kind (0 when every element is one).
+func ReadMessages(dst []ChatCompletionMessage, messages jsontext.Value) ([]ChatCompletionMessage, jsontext.Kind, error) {
+	dst = dst[:0]
+	d := decoders.Get().(*decoder)
+	defer decoders.Put(d)
+	d.src = *bytes.NewBuffer(messages)
+	d.dec.Reset(&d.src, lenient)
+	if tok, err := d.dec.ReadToken(); err != nil || tok.Kind() != '[' {
+		return dst, 0, cmp.Or(err, fmt.Errorf("expected an array, found %v", tok.Kind()))
+	}
+	for k := d.dec.PeekKind(); k != ']'; k = d.dec.PeekKind() {
+		if k != '{' {
+			return dst, k, nil
+		}
+		dst = append(dst, ChatCompletionMessage{})
+		m := &dst[len(dst)-1]
+		err := readObject(d.dec, func(name []byte) error {
+			var member *jsontext.Value
+			switch string(name) {
+			case "role":
+				member = &m.Role
+			case "tool_call_id":
+				member = &m.ToolCallID
+			case "content":
+				member = &m.Content
+			default:
+				return d.dec.SkipValue()
+			}
+			v, err := d.dec.ReadValue()
+			end := int(d.dec.InputOffset())
+			*member = messages[end-len(v) : end : end] // the request's bytes, not the decoder's
+			return err
+		})
+		if err != nil {
+			return dst, 0, err
+		}
+	}
+	return dst, 0, nil
 }
 
 // ContentPart is one element of a message's content array: text, image_url, input_audio, file.
@@ -238,5 +317,19 @@ func Flag(v jsontext.Value) (val, ok bool) {
 // String decodes v if it is a JSON string. Invalid UTF-8 and unpaired surrogates become U+FFFD,
 // as with encoding/json.
 func String(v jsontext.Value) (s string, ok bool) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && simple(v[1:len(v)-1]) {
+		return string(v[1 : len(v)-1]), true
+	}
 	return s, v.Kind() == '"' && Decode(v, &s) == nil
+}
+
+// simple reports whether text between a string's quotes decodes to itself: printable ASCII
+// without escapes or quotes, which is most of what a request's strings hold.
+func simple(text []byte) bool {
+	for _, c := range text {
+		if c < ' ' || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }
