@@ -141,7 +141,32 @@ type ChatCompletion struct {
 
 // Choice is one element of a non-streamed answer's choices.
 type Choice struct {
-	FinishReason string `json:"finish_reason,omitzero"` // "" while null
+	FinishReason string `json:"finish_reason,omitzero"` // "" unless a string
+}
+
+// readChoices reads the array of choices at dec, as ChatCompletionChunk's does.
+func (c *ChatCompletion) readChoices(dec *jsontext.Decoder) error {
+	var err error
+	c.Choices, err = readArray(dec, c.Choices[:0])
+	return err
+}
+
+func (c *ChatCompletion) setUsage(v jsontext.Value) { c.Usage = v }
+
+// UnmarshalJSONFrom reads a choice: of its members, only finish_reason, and only a string.
+func (c *Choice) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*c = Choice{}
+	return readObject(dec, func(name []byte) error {
+		if string(name) != "finish_reason" {
+			return dec.SkipValue()
+		}
+		if c.FinishReason = ""; dec.PeekKind() != '"' {
+			return dec.SkipValue() // of a name written twice, the last counts
+		}
+		tok, err := dec.ReadToken()
+		c.FinishReason = tok.String()
+		return err
+	})
 }
 
 // ChatCompletionChunk is one streamed event of either endpoint (object "chat.completion.chunk"
@@ -185,24 +210,37 @@ func (d *ChunkDelta) Generated() bool {
 // readChoices reads the array of choices at dec. An element that is not an object reads as a
 // choice without members.
 func (c *ChatCompletionChunk) readChoices(dec *jsontext.Decoder) error {
-	c.Choices = c.Choices[:0]
+	var err error
+	c.Choices, err = readArray(dec, c.Choices[:0])
+	return err
+}
+
+func (c *ChatCompletionChunk) setUsage(v jsontext.Value) { c.Usage = v }
+
+// readArray appends the elements of the array at dec to dst. An element that is not an object
+// reads as the zero value.
+func readArray[T any, PT interface {
+	*T
+	UnmarshalJSONFrom(*jsontext.Decoder) error
+}](dec *jsontext.Decoder, dst []T) ([]T, error) {
 	if _, err := dec.ReadToken(); err != nil { // the '['
-		return err
+		return dst, err
 	}
 	for dec.PeekKind() != ']' {
-		c.Choices = append(c.Choices, ChunkChoice{})
+		var zero T
+		dst = append(dst, zero)
 		var err error
 		if dec.PeekKind() == '{' {
-			err = c.Choices[len(c.Choices)-1].UnmarshalJSONFrom(dec)
+			err = PT(&dst[len(dst)-1]).UnmarshalJSONFrom(dec)
 		} else {
 			err = dec.SkipValue()
 		}
 		if err != nil {
-			return err
+			return dst, err
 		}
 	}
 	_, err := dec.ReadToken()
-	return err
+	return dst, err
 }
 
 // UnmarshalJSONFrom reads a choice.

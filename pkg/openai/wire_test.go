@@ -304,3 +304,37 @@ func TestStringReadsAsDecode(t *testing.T) {
 		}
 	}
 }
+
+// TestParseCompletionReadsAsDecode: the choices and usage ParseCompletion reads in its pass over
+// an answer are what decoding the answer by reflection reads.
+func TestParseCompletionReadsAsDecode(t *testing.T) {
+	answers := append(payloads(t, "vllm-chat-completion.json"), payloads(t, "sglang-chat-completion.json")...)
+	answers = append(answers, payloads(t, "vllm-text-completion.json")...)
+	answers = append(answers, [][]byte{
+		[]byte(`{"choices":[{"finish_reason":null},{"finish_reason":"length"}],"usage":null}`),
+		[]byte(`{"choices":[{"finish_reason":"length","finish_reason":"stop"}]}`),
+		[]byte(`{"choices":[{},{"message":{"finish_reason":"x"}}]}`),
+	}...)
+	for _, p := range answers {
+		var parsed ChatCompletion
+		if _, err := ParseCompletion(nil, p, &parsed); err != nil {
+			t.Fatal(err)
+		}
+		var decoded struct {
+			Choices []struct {
+				FinishReason string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage jsontext.Value `json:"usage,omitzero"`
+		}
+		if err := json.Unmarshal(p, &decoded, jsontext.AllowDuplicateNames(true)); err != nil {
+			t.Fatal(err)
+		}
+		ok := len(parsed.Choices) == len(decoded.Choices) && bytes.Equal(parsed.Usage, decoded.Usage)
+		for i := 0; ok && i < len(parsed.Choices); i++ {
+			ok = parsed.Choices[i].FinishReason == decoded.Choices[i].FinishReason
+		}
+		if !ok {
+			t.Errorf("%s: ParseCompletion read %+v, Decode %+v", p, parsed, decoded)
+		}
+	}
+}
