@@ -112,15 +112,22 @@ type maintenanceEntry struct {
 	expires time.Time
 }
 
-func (c *maintenanceCache) get(ctx context.Context, now time.Time) (store.Maintenance, error) {
+// get returns the window as of now, read from the store within timeout when the cached one has
+// expired (the deadline is made only then: nearly every request finds the window cached).
+func (c *maintenanceCache) get(ctx context.Context, now time.Time, timeout time.Duration) (store.Maintenance, error) {
 	if e := c.cur.Load(); e != nil && now.Before(e.expires) {
 		return e.m, nil
 	}
+	// The deadline runs from here, waiting for another request's refresh included, on the
+	// system's clock as contexts' deadlines do.
+	deadline := time.Now().Add(timeout)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.cur.Load(); e != nil && now.Before(e.expires) {
 		return e.m, nil
 	}
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+	defer cancel()
 	m, err := c.store.Maintenance(ctx)
 	if err != nil {
 		if e := c.cur.Load(); e != nil {

@@ -173,10 +173,8 @@ func (g *Gateway) healthz(w http.ResponseWriter, _ *http.Request) {
 // checkMaintenance answers the maintenance window's 503 while it is on. Its lookup has the
 // admission deadline: a stalled store must not hold every request behind it.
 func (g *Gateway) checkMaintenance(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.opt.AdmitTimeout)
-	defer cancel()
 	now := g.opt.Clock.Now()
-	m, err := g.maint.get(ctx, now)
+	m, err := g.maint.get(ctx, now, g.opt.AdmitTimeout)
 	if err != nil {
 		g.log.LogAttrs(ctx, slog.LevelError, "maintenance lookup failed", slog.String("error", err.Error()))
 		return nil // an unreadable window must not take the service down with it

@@ -38,9 +38,10 @@ type request struct {
 // the check fails later, so that the usage event can name the model; an id longer than any in
 // the catalog is returned as recordedModel makes it, bounded.
 //
-// The body is parsed by ParseRequest, which refuses a member name written twice in any object at
-// any depth, and then read into the wire types (with DecodeLast, which need not look for repeats
-// again): what the checks below read of a nested object is what the backend reads.
+// The body is parsed once by ParseRequest, which refuses a member name written twice in any
+// object at any depth, and its members and messages are then read from what that pass found
+// (without looking for repeats again): what the checks below read of a nested object is what
+// the backend reads.
 func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string, e *apiError) {
 	fields, err := openai.ParseRequest(nil, body)
 	if err != nil {
@@ -51,9 +52,7 @@ func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string,
 	}
 	req.body, req.fields = body, fields
 	var in openai.ChatCompletionRequest
-	if err := openai.DecodeLast(body, &in); err != nil {
-		return req, "", nestedInvalid("", err) // not reached: ParseRequest has read the body
-	}
+	in.Read(body, fields)
 
 	// The model's name and the stream flag are read first so that the usage event of a request
 	// refused later still says what it asked for.
@@ -112,20 +111,21 @@ func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string,
 var roles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
 
 func checkChat(m *catalog.Model, in *openai.ChatCompletionRequest) *apiError {
-	var msgs []jsontext.Value
-	if in.Messages.Kind() != '[' || openai.DecodeLast(in.Messages, &msgs) != nil || len(msgs) == 0 {
+	if in.Messages.Kind() != '[' {
 		return errEmptyMessages
 	}
-	for i, raw := range msgs {
+	var buf [8]openai.ChatCompletionMessage // room for a conversation's messages without allocating
+	msgs, notObject, err := openai.ReadMessages(buf[:0], in.Messages)
+	if err != nil {
+		return nestedInvalid("messages", err) // not reached: the body's parse refused it
+	}
+	if len(msgs) == 0 && notObject == 0 {
+		return errEmptyMessages
+	}
+	for i := range msgs {
+		msg := &msgs[i]
 		// The message's path, for an error: built only when one is found.
 		at := func() string { return "messages[" + strconv.Itoa(i) + "]" }
-		if raw.Kind() != '{' {
-			return invalid(at(), "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at(), kindName(raw))
-		}
-		var msg openai.ChatCompletionMessage
-		if err := openai.DecodeLast(raw, &msg); err != nil {
-			return nestedInvalid(at(), err) // not reached: the body's parse refused it
-		}
 		if msg.Role == nil {
 			return invalid(at()+".role", "missing_required_parameter", "Missing required parameter: '%s.role'.", at())
 		}
@@ -146,6 +146,10 @@ func checkChat(m *catalog.Model, in *openai.ChatCompletionRequest) *apiError {
 				return e
 			}
 		}
+	}
+	if notObject != 0 {
+		at := "messages[" + strconv.Itoa(len(msgs)) + "]"
+		return invalid(at, "invalid_type", "Invalid type for '%s': expected an object, but got %s instead.", at, kindOf(notObject))
 	}
 
 	if in.Tools != nil && in.Tools.Kind() != 'n' {
@@ -289,8 +293,11 @@ func (req *request) forward(b catalog.Backend) []byte {
 }
 
 // kindName names a JSON value's type the way OpenAI's errors do.
-func kindName(v jsontext.Value) string {
-	switch v.Kind() {
+func kindName(v jsontext.Value) string { return kindOf(v.Kind()) }
+
+// kindOf names a kind of JSON value the way OpenAI's errors do.
+func kindOf(k jsontext.Kind) string {
+	switch k {
 	case '{':
 		return "an object"
 	case '[':

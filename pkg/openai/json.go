@@ -72,16 +72,35 @@ var decoders = sync.Pool{New: func() any { d := new(decoder); d.dec = jsontext.N
 // returns its top-level members in order, appended to dst[:0]. A key written twice at the top
 // level is an error wrapping ErrDuplicateKey; nested objects are the business of whoever reads
 // them (DecodeLast). It allocates only to grow dst.
-func ParseObject(dst []Field, raw []byte) ([]Field, error) { return ParseChunk(dst, raw, nil) }
+func ParseObject(dst []Field, raw []byte) ([]Field, error) { return parseAnswer(dst, raw, nil) }
 
 // ParseChunk is ParseObject for a streamed chunk that reads, in the same pass, its choices and
 // usage into chunk (when not nil): a relay reads every chunk this way. A choices member that is
 // not an array leaves chunk.Choices empty.
 func ParseChunk(dst []Field, raw []byte, chunk *ChatCompletionChunk) ([]Field, error) {
-	if chunk != nil {
-		chunk.Choices, chunk.Usage = chunk.Choices[:0], nil
+	if chunk == nil {
+		return parseAnswer(dst, raw, nil)
 	}
-	dst, err := parse(dst, raw, lenient, chunk)
+	chunk.Choices, chunk.Usage = chunk.Choices[:0], nil
+	return parseAnswer(dst, raw, chunk)
+}
+
+// ParseCompletion is ParseChunk for a non-streamed answer: its choices and usage are read into
+// c in the same pass. A choices member that is not an array leaves c.Choices empty.
+func ParseCompletion(dst []Field, raw []byte, c *ChatCompletion) ([]Field, error) {
+	c.Choices, c.Usage = c.Choices[:0], nil
+	return parseAnswer(dst, raw, c)
+}
+
+// answer is what parse reads an answer's choices and usage into, in its pass over the answer.
+type answer interface {
+	readChoices(dec *jsontext.Decoder) error
+	setUsage(v jsontext.Value)
+}
+
+// parseAnswer is ParseObject reading into a (when not nil).
+func parseAnswer(dst []Field, raw []byte, a answer) ([]Field, error) {
+	dst, err := parse(dst, raw, lenient, a)
 	if err != nil {
 		return dst, err
 	}
@@ -114,9 +133,9 @@ func plain(key []byte) bool {
 	return true
 }
 
-// parse returns raw's top-level members, read with opts, and reads the choices member into
-// chunk when there is one.
-func parse(dst []Field, raw []byte, opts jsontext.Options, chunk *ChatCompletionChunk) ([]Field, error) {
+// parse returns raw's top-level members, read with opts, and reads the choices and usage
+// members into a when there is one.
+func parse(dst []Field, raw []byte, opts jsontext.Options, a answer) ([]Field, error) {
 	d := decoders.Get().(*decoder)
 	defer decoders.Put(d)
 	d.src = *bytes.NewBuffer(raw)
@@ -132,16 +151,16 @@ func parse(dst []Field, raw []byte, opts jsontext.Options, chunk *ChatCompletion
 			break
 		}
 		keyEnd := int(d.dec.InputOffset())
-		if chunk != nil && string(key) == `"choices"` && d.dec.PeekKind() == '[' {
-			err = chunk.readChoices(d.dec)
+		if a != nil && string(key) == `"choices"` && d.dec.PeekKind() == '[' {
+			err = a.readChoices(d.dec)
 			end := int(d.dec.InputOffset())
 			dst = append(dst, Field{KeyStart: keyEnd - len(key), KeyEnd: keyEnd, ValueStart: skipSpace(raw, keyEnd), ValueEnd: end})
 			continue
 		}
 		if value, err = d.dec.ReadValue(); err == nil {
 			end := int(d.dec.InputOffset())
-			if chunk != nil && string(key) == `"usage"` {
-				chunk.Usage = raw[end-len(value) : end : end]
+			if a != nil && string(key) == `"usage"` {
+				a.setUsage(raw[end-len(value) : end : end])
 			}
 			dst = append(dst, Field{KeyStart: keyEnd - len(key), KeyEnd: keyEnd, ValueStart: end - len(value), ValueEnd: end, escaped: !plain(key)})
 		}

@@ -1,7 +1,11 @@
 package openai
 
 import (
+	"bytes"
+	"cmp"
+	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/go-json-experiment/json/jsontext"
 )
@@ -36,6 +40,81 @@ type ChatCompletionMessage struct {
 	Content    jsontext.Value `json:"content,omitzero"` // a string, or an array of ContentPart
 }
 
+// Read sets r's members from fields, the members of raw that ParseRequest returned: what
+// Decode reads of a body, without reading it again.
+func (r *ChatCompletionRequest) Read(raw []byte, fields []Field) {
+	for _, f := range fields {
+		key := raw[f.KeyStart+1 : f.KeyEnd-1]
+		if f.escaped {
+			key = []byte(f.Key(raw))
+		}
+		var member *jsontext.Value
+		switch string(key) {
+		case "model":
+			member = &r.Model
+		case "stream":
+			member = &r.Stream
+		case "stream_options":
+			member = &r.StreamOptions
+		case "messages":
+			member = &r.Messages
+		case "tools":
+			member = &r.Tools
+		case "tool_choice":
+			member = &r.ToolChoice
+		case "reasoning_effort":
+			member = &r.ReasoningEffort
+		case "ignore_eos":
+			member = &r.IgnoreEOS
+		default:
+			continue
+		}
+		*member = f.Value(raw)
+	}
+}
+
+// ReadMessages reads a chat request's messages, an array that ParseRequest has checked, into
+// dst[:0] in one pass, as Decode reads each element. It stops at the first element that is not
+// an object and returns its kind (0 when every element is one).
+func ReadMessages(dst []ChatCompletionMessage, messages jsontext.Value) ([]ChatCompletionMessage, jsontext.Kind, error) {
+	dst = dst[:0]
+	d := decoders.Get().(*decoder)
+	defer decoders.Put(d)
+	d.src = *bytes.NewBuffer(messages)
+	d.dec.Reset(&d.src, lenient)
+	if tok, err := d.dec.ReadToken(); err != nil || tok.Kind() != '[' {
+		return dst, 0, cmp.Or(err, fmt.Errorf("expected an array, found %v", tok.Kind()))
+	}
+	for k := d.dec.PeekKind(); k != ']'; k = d.dec.PeekKind() {
+		if k != '{' {
+			return dst, k, nil
+		}
+		dst = append(dst, ChatCompletionMessage{})
+		m := &dst[len(dst)-1]
+		err := readObject(d.dec, func(name []byte) error {
+			var member *jsontext.Value
+			switch string(name) {
+			case "role":
+				member = &m.Role
+			case "tool_call_id":
+				member = &m.ToolCallID
+			case "content":
+				member = &m.Content
+			default:
+				return d.dec.SkipValue()
+			}
+			v, err := d.dec.ReadValue()
+			end := int(d.dec.InputOffset())
+			*member = messages[end-len(v) : end : end] // the request's bytes, not the decoder's
+			return err
+		})
+		if err != nil {
+			return dst, 0, err
+		}
+	}
+	return dst, 0, nil
+}
+
 // ContentPart is one element of a message's content array: text, image_url, input_audio, file.
 type ContentPart struct {
 	Type jsontext.Value `json:"type,omitzero"`
@@ -62,7 +141,32 @@ type ChatCompletion struct {
 
 // Choice is one element of a non-streamed answer's choices.
 type Choice struct {
-	FinishReason string `json:"finish_reason,omitzero"` // "" while null
+	FinishReason string `json:"finish_reason,omitzero"` // "" unless a string
+}
+
+// readChoices reads the array of choices at dec, as ChatCompletionChunk's does.
+func (c *ChatCompletion) readChoices(dec *jsontext.Decoder) error {
+	var err error
+	c.Choices, err = readArray(dec, c.Choices[:0])
+	return err
+}
+
+func (c *ChatCompletion) setUsage(v jsontext.Value) { c.Usage = v }
+
+// UnmarshalJSONFrom reads a choice: of its members, only finish_reason, and only a string.
+func (c *Choice) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+	*c = Choice{}
+	return readObject(dec, func(name []byte) error {
+		if string(name) != "finish_reason" {
+			return dec.SkipValue()
+		}
+		if c.FinishReason = ""; dec.PeekKind() != '"' {
+			return dec.SkipValue() // of a name written twice, the last counts
+		}
+		tok, err := dec.ReadToken()
+		c.FinishReason = tok.String()
+		return err
+	})
 }
 
 // ChatCompletionChunk is one streamed event of either endpoint (object "chat.completion.chunk"
@@ -106,24 +210,37 @@ func (d *ChunkDelta) Generated() bool {
 // readChoices reads the array of choices at dec. An element that is not an object reads as a
 // choice without members.
 func (c *ChatCompletionChunk) readChoices(dec *jsontext.Decoder) error {
-	c.Choices = c.Choices[:0]
+	var err error
+	c.Choices, err = readArray(dec, c.Choices[:0])
+	return err
+}
+
+func (c *ChatCompletionChunk) setUsage(v jsontext.Value) { c.Usage = v }
+
+// readArray appends the elements of the array at dec to dst. An element that is not an object
+// reads as the zero value.
+func readArray[T any, PT interface {
+	*T
+	UnmarshalJSONFrom(*jsontext.Decoder) error
+}](dec *jsontext.Decoder, dst []T) ([]T, error) {
 	if _, err := dec.ReadToken(); err != nil { // the '['
-		return err
+		return dst, err
 	}
 	for dec.PeekKind() != ']' {
-		c.Choices = append(c.Choices, ChunkChoice{})
+		var zero T
+		dst = append(dst, zero)
 		var err error
 		if dec.PeekKind() == '{' {
-			err = c.Choices[len(c.Choices)-1].UnmarshalJSONFrom(dec)
+			err = PT(&dst[len(dst)-1]).UnmarshalJSONFrom(dec)
 		} else {
 			err = dec.SkipValue()
 		}
 		if err != nil {
-			return err
+			return dst, err
 		}
 	}
 	_, err := dec.ReadToken()
-	return err
+	return dst, err
 }
 
 // UnmarshalJSONFrom reads a choice.
@@ -238,5 +355,19 @@ func Flag(v jsontext.Value) (val, ok bool) {
 // String decodes v if it is a JSON string. Invalid UTF-8 and unpaired surrogates become U+FFFD,
 // as with encoding/json.
 func String(v jsontext.Value) (s string, ok bool) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && simple(v[1:len(v)-1]) {
+		return string(v[1 : len(v)-1]), true
+	}
 	return s, v.Kind() == '"' && Decode(v, &s) == nil
+}
+
+// simple reports whether text between a string's quotes decodes to itself: printable ASCII
+// without escapes or quotes, which is most of what a request's strings hold.
+func simple(text []byte) bool {
+	for _, c := range text {
+		if c < ' ' || c == '"' || c == '\\' || c >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
 }

@@ -245,3 +245,96 @@ func TestParseChunkReadsAsDecode(t *testing.T) {
 		t.Errorf("Decode of a nested duplicate: %v", err)
 	}
 }
+
+// TestRequestReadsAsDecode: the members Read takes from ParseRequest's fields, and the messages
+// ReadMessages reads in one pass, are what decoding the body reads.
+func TestRequestReadsAsDecode(t *testing.T) {
+	bodies := append(payloads(t, "chat-request.json"),
+		[]byte(`{"m\u006fdel":"a","messages":[{"r\u006fle":"user","content":"hi","extra":{"role":1}},{},{"content":null}],"stream":false}`),
+		[]byte(`{"messages":[{"role":"user"},5,{"role":"tool"}]}`),
+		[]byte(`{"messages":[]}`),
+	)
+	for _, raw := range bodies {
+		fields, err := ParseRequest(nil, raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var read, decoded ChatCompletionRequest
+		read.Read(raw, fields)
+		if err := Decode(raw, &decoded); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(read, decoded) {
+			t.Errorf("%s: Read %+v, Decode %+v", raw, read, decoded)
+		}
+		var elems []jsontext.Value
+		if err := Decode(decoded.Messages, &elems); err != nil {
+			t.Fatal(err)
+		}
+		msgs, notObject, err := ReadMessages(nil, read.Messages)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, elem := range elems {
+			if elem.Kind() != '{' {
+				if len(msgs) != i || notObject != elem.Kind() {
+					t.Errorf("%s: %d messages read, then kind %v; element %d is %s", raw, len(msgs), notObject, i, elem)
+				}
+				break
+			}
+			var want ChatCompletionMessage
+			if err := Decode(elem, &want); err != nil {
+				t.Fatal(err)
+			}
+			if i >= len(msgs) || !reflect.DeepEqual(msgs[i], want) {
+				t.Errorf("%s: message %d read as %+v, decoded as %+v", raw, i, msgs, want)
+			}
+		}
+	}
+}
+
+// TestStringReadsAsDecode: String's shortcut for plain text gives what decoding gives.
+func TestStringReadsAsDecode(t *testing.T) {
+	for _, v := range []string{`"qwen3-32b"`, `""`, `"a\"b"`, `"caf\u00e9"`, `"café"`, "\"tab\there\"", `"\ud800"`, `"a"b"`, `"`, `5`, `null`, "\"\xff\""} {
+		var want string
+		wantOK := jsontext.Value(v).Kind() == '"' && Decode([]byte(v), &want) == nil
+		got, ok := String(jsontext.Value(v))
+		if ok != wantOK || got != want {
+			t.Errorf("String(%s) = %q, %v; Decode gives %q, %v", v, got, ok, want, wantOK)
+		}
+	}
+}
+
+// TestParseCompletionReadsAsDecode: the choices and usage ParseCompletion reads in its pass over
+// an answer are what decoding the answer by reflection reads.
+func TestParseCompletionReadsAsDecode(t *testing.T) {
+	answers := append(payloads(t, "vllm-chat-completion.json"), payloads(t, "sglang-chat-completion.json")...)
+	answers = append(answers, payloads(t, "vllm-text-completion.json")...)
+	answers = append(answers, [][]byte{
+		[]byte(`{"choices":[{"finish_reason":null},{"finish_reason":"length"}],"usage":null}`),
+		[]byte(`{"choices":[{"finish_reason":"length","finish_reason":"stop"}]}`),
+		[]byte(`{"choices":[{},{"message":{"finish_reason":"x"}}]}`),
+	}...)
+	for _, p := range answers {
+		var parsed ChatCompletion
+		if _, err := ParseCompletion(nil, p, &parsed); err != nil {
+			t.Fatal(err)
+		}
+		var decoded struct {
+			Choices []struct {
+				FinishReason string `json:"finish_reason"`
+			} `json:"choices"`
+			Usage jsontext.Value `json:"usage,omitzero"`
+		}
+		if err := json.Unmarshal(p, &decoded, jsontext.AllowDuplicateNames(true)); err != nil {
+			t.Fatal(err)
+		}
+		ok := len(parsed.Choices) == len(decoded.Choices) && bytes.Equal(parsed.Usage, decoded.Usage)
+		for i := 0; ok && i < len(parsed.Choices); i++ {
+			ok = parsed.Choices[i].FinishReason == decoded.Choices[i].FinishReason
+		}
+		if !ok {
+			t.Errorf("%s: ParseCompletion read %+v, Decode %+v", p, parsed, decoded)
+		}
+	}
+}

@@ -307,38 +307,43 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody) (resp 
 	// The request's own context, which its response body cancels to cut a body it does not read
 	// to the end (see responseBody).
 	ctx, cancel := context.WithCancel(ctx)
-	var wroteHeaders, reused atomic.Bool
-	var conn atomic.Pointer[earlyAnswerConn]
-	trace := &httptrace.ClientTrace{
-		GotConn: func(info httptrace.GotConnInfo) {
-			if c, ok := info.Conn.(*earlyAnswerConn); ok {
-				c.start()
-				conn.Store(c)
-				reused.Store(info.Reused)
-			}
-		},
-		WroteHeaders: func() { wroteHeaders.Store(true) },
+	a := new(attempt)
+	a.trace.GotConn = func(info httptrace.GotConnInfo) {
+		if c, ok := info.Conn.(*earlyAnswerConn); ok {
+			c.start()
+			a.conn.Store(c)
+			a.reused.Store(info.Reused)
+		}
 	}
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, trace), http.MethodPost, be.base+path, nil)
+	a.trace.WroteHeaders = func() { a.wroteHeaders.Store(true) }
+	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, &a.trace), http.MethodPost, be.base+path, nil)
 	if err != nil {
 		cancel()
 		return nil, false, false, err
 	}
 	req.Header = be.headerFor()
 	if b != nil {
-		trace.WroteRequest = b.written
+		a.trace.WroteRequest = b.written
 		req.Body, req.GetBody, req.ContentLength = b.reader(), b.again, int64(len(b.full))
 	}
 	resp, err = be.transport.RoundTrip(req)
 	if err != nil {
 		cancel()
-		if c := conn.Load(); c != nil {
-			return nil, c.sent(), !c.sent() && reused.Load(), err
+		if c := a.conn.Load(); c != nil {
+			return nil, c.sent(), !c.sent() && a.reused.Load(), err
 		}
-		return nil, wroteHeaders.Load(), false, err
+		return nil, a.wroteHeaders.Load(), false, err
 	}
 	resp.Body = &responseBody{body: resp.Body, cancel: cancel}
 	return resp, true, false, nil
+}
+
+// attempt is one send's trace and what its hooks learn of the connection, in one allocation.
+type attempt struct {
+	trace        httptrace.ClientTrace
+	wroteHeaders atomic.Bool
+	reused       atomic.Bool
+	conn         atomic.Pointer[earlyAnswerConn]
 }
 
 // responseBody is a backend's response body. Read to its end, it leaves its connection to the
