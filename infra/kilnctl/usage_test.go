@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/csv"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/oklog/ulid/v2"
 
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
@@ -33,6 +37,10 @@ func seed(t *testing.T, st store.Store, events []usage.Event) {
 	}
 }
 
+// event is a usage event named gen ("gen-" and at most 10 bytes) that started at started (RFC
+// 3339): its generation id is the gateway's kind, "gen-" and a ULID of that millisecond, with the
+// name as the ULID's random part (nameOf reads it back). The DynamoDB store lists usage by the
+// time in the id.
 func event(org, gen, started, model string, status usage.Status, prompt, cached, completion int64, cost string) usage.Event {
 	at, err := time.Parse(time.RFC3339Nano, started)
 	if err != nil {
@@ -43,11 +51,30 @@ func event(org, gen, started, model string, status usage.Status, prompt, cached,
 		panic(err)
 	}
 	return usage.Event{
-		Version: usage.SchemaVersion, GenerationID: gen, OrgID: org, KeyID: "kiln-AbCd1234", Model: model,
+		Version: usage.SchemaVersion, GenerationID: generationID(at, gen), OrgID: org, KeyID: "kiln-AbCd1234", Model: model,
 		Endpoint: "/v1/chat/completions", Status: status, HTTPStatus: 200, FinishReason: "stop",
 		PromptTokens: prompt, CachedTokens: cached, CompletionTokens: completion, Cost: c,
 		StartedAt: at, TTFTMillis: 120, DurationMillis: 900, Backend: "sim-1",
 	}
+}
+
+func generationID(started time.Time, name string) string {
+	var u ulid.ULID
+	name = strings.TrimPrefix(name, "gen-")
+	if err := u.SetTime(ulid.Timestamp(started)); err != nil || len(name) > len(u)-6 {
+		panic(fmt.Sprintf("generationID(%v, %q)", started, name))
+	}
+	copy(u[6:], name)
+	return "gen-" + u.String()
+}
+
+// nameOf is the name of an event's generation id made by generationID.
+func nameOf(id string) string {
+	u, err := ulid.ParseStrict(strings.TrimPrefix(id, "gen-"))
+	if err != nil {
+		return id
+	}
+	return "gen-" + string(bytes.TrimRight(u[6:], "\x00"))
 }
 
 type rollupJSON struct {
@@ -144,7 +171,7 @@ func TestUsageRollsUpExactlyOverInclusiveUTCDays(t *testing.T) {
 	}
 	var gens []string
 	for _, r := range rows[1:] {
-		gens = append(gens, r[0])
+		gens = append(gens, nameOf(r[0]))
 	}
 	if got := strings.Join(gens, " "); got != "gen-1 gen-2 gen-3 gen-rejected gen-last" {
 		t.Errorf("events listed: %s", got)
@@ -157,7 +184,7 @@ func TestUsageRollsUpExactlyOverInclusiveUTCDays(t *testing.T) {
 	}
 	var events []usage.Event
 	e.json(&events, november...)
-	if len(events) != 5 || events[4].GenerationID != "gen-last" || events[4].Cost.String() != "0.2" {
+	if len(events) != 5 || nameOf(events[4].GenerationID) != "gen-last" || events[4].Cost.String() != "0.2" {
 		t.Errorf("events JSON: %+v", events)
 	}
 	if text := e.ok(november...); !strings.Contains(text, "5 requests, 0.302101155 USD") {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // Records streams the usage records of the UTC days from..to (both included; "" leaves that
@@ -190,7 +192,7 @@ func reconcileTables(ctx context.Context, tr TableReader, orgs []string, opt Opt
 		if err != nil {
 			return Result{}, err
 		}
-		lo, hi := GenerationIDRange(from.Add(-idMargin), end.Add(idMargin))
+		lo, hi := usage.GenerationIDRange(from.Add(-idMargin), end.Add(idMargin))
 		if err := tr.LedgerItems(ctx, org, lo, hi, func(it Item) error { return r.Item(Ledger, it) }); err != nil {
 			return Result{}, err
 		}

@@ -19,8 +19,10 @@ import (
 // (milliseconds), PromptTokens, CompletionTokens and CostUSD, by no dimension, by StatusClass
 // (2xx, 4xx, 5xx) and by Model and Backend. Per refused admission: RateLimited (429) or
 // InsufficientCredits (402). The organization is never a dimension (their number would explode
-// the metrics bill); it is a property of each line, for CloudWatch Logs Insights. CostUSD is a
-// float for graphs; the ledger is the bill. A nil *Metrics writes nothing.
+// the metrics bill); it is a property of each line, for CloudWatch Logs Insights, as are a
+// request's generation id, status and HTTP status: a request's metrics line is its log line too
+// (Gateway.finish). CostUSD is a float for graphs; the ledger is the bill. A nil *Metrics writes
+// nothing.
 type Metrics struct {
 	w         io.Writer
 	namespace string

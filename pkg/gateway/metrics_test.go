@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +139,73 @@ func TestMetricsFromTheGateway(t *testing.T) {
 		}
 	}
 	t.Errorf("%d request lines and %d InsufficientCredits lines, want 1 and 1:\n%s", requests, limitedLines, buf.Bytes())
+}
+
+// TestRequestLogLine: a settled request is logged once, with what an operator looks for: its
+// generation id, organization, model, backend, status and durations, and nothing that only
+// repeats its usage record. Without metrics that is the logger's "request" line; with them, the
+// metrics line, and the logger writes nothing for it.
+func TestRequestLogLine(t *testing.T) {
+	want := []string{"generation_id", "org_id", "status", "http_status"}
+	notLogged := []string{"key_id", "cost", "prompt_tokens", "cached_tokens", "completion_tokens", "endpoint", "estimated"}
+	for _, withMetrics := range []bool{false, true} {
+		t.Run(fmt.Sprintf("metrics=%v", withMetrics), func(t *testing.T) {
+			var logs, metrics syncBuffer
+			h := newHarness(t, config{gateway: func(o *Options) {
+				o.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+				if withMetrics {
+					o.Metrics = NewMetrics(&metrics, "Kiln/test")
+				}
+			}})
+			r := h.chat(chatBody("qwen3-32b", "hello", `"max_tokens":3`))
+			if r.status != 200 {
+				t.Fatalf("status %d", r.status)
+			}
+			genID := r.genID()
+			h.waitEvent(h.orgID, genID)
+			h.waitIdle(h.orgID)
+			var lines []map[string]any
+			for deadline := time.Now().Add(10 * time.Second); len(lines) == 0 && time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+				out := logs.Bytes()
+				if withMetrics {
+					out = metrics.Bytes()
+				}
+				for _, l := range bytes.Split(bytes.TrimSpace(out), []byte("\n")) {
+					var m map[string]any
+					if json.Unmarshal(l, &m) == nil && m["generation_id"] == genID {
+						lines = append(lines, m)
+					}
+				}
+			}
+			if len(lines) != 1 {
+				t.Fatalf("%d lines of %s, want 1:\n%s\n%s", len(lines), genID, logs.Bytes(), metrics.Bytes())
+			}
+			line := lines[0]
+			model, backend, ttft, duration := "model", "backend", "ttft_ms", "duration_ms"
+			if withMetrics {
+				checkEMF(t, metrics.Bytes()[:bytes.IndexByte(metrics.Bytes(), '\n')])
+				model, backend, ttft, duration = "Model", "Backend", "TimeToFirstByte", "Duration"
+				for _, l := range bytes.Split(bytes.TrimSpace(logs.Bytes()), []byte("\n")) {
+					if bytes.Contains(l, []byte(genID)) {
+						t.Errorf("with metrics, the logger also wrote %s", l)
+					}
+				}
+			} else if line["msg"] != "request" || line["level"] != "INFO" {
+				t.Errorf("line %v, want msg request at INFO", line)
+			}
+			for _, k := range append(want, model, backend, ttft, duration) {
+				if v, ok := line[k]; !ok || v == "" {
+					t.Errorf("%s: %v, want it in the line %v", k, v, line)
+				}
+			}
+			if line["org_id"] != h.orgID || line["status"] != "completed" || fmt.Sprint(line["http_status"]) != "200" || line[model] != "qwen3-32b" {
+				t.Errorf("line %v", line)
+			}
+			for _, k := range notLogged {
+				if _, ok := line[k]; ok {
+					t.Errorf("%s is in the line, but only repeats the usage record: %v", k, line)
+				}
+			}
+		})
+	}
 }

@@ -117,36 +117,58 @@ func (x *exchange) end() {
 // finish logs a settled request and writes its metrics; with err, the settlement was abandoned.
 // Its usage event needs no publishing: the usage record the settlement wrote is the event, and
 // the usage table's stream carries it to the aggregator.
+//
+// The request's log line holds what an operator looks for in the log (the generation id, the
+// organization, model, backend, status and durations); tokens, cost and the rest are in the usage
+// record, which GET /v1/generation, kilnctl and finance read. With metrics, their line carries
+// the same fields (Metrics.Request) and is the request's only line: CloudWatch Logs bills every
+// byte (docs/deploy.md, "What the stack costs per million requests").
 func (g *Gateway) finish(e usage.Event, res store.SettleResult, err error) {
 	ctx := context.Background()
-	attrs := []slog.Attr{
-		slog.String("generation_id", e.GenerationID), slog.String("org_id", e.OrgID), slog.String("key_id", e.KeyID),
-		slog.String("model", e.Model), slog.String("endpoint", e.Endpoint), slog.Bool("stream", e.Stream),
-		slog.String("status", string(e.Status)), slog.Int("http_status", e.HTTPStatus),
-		slog.Int64("prompt_tokens", e.PromptTokens), slog.Int64("cached_tokens", e.CachedTokens), slog.Int64("completion_tokens", e.CompletionTokens),
-		slog.String("cost", e.Cost.String()), slog.Bool("estimated", e.Estimated),
-		slog.Int64("ttft_ms", e.TTFTMillis), slog.Int64("duration_ms", e.DurationMillis), slog.String("backend", e.Backend),
-	}
 	defer g.settled(e.GenerationID)
 	if err != nil {
 		// What the log line holds is all there is left of this request's bill: it carries every
 		// field of the event, so that it can be replayed into the store by hand.
-		g.log.LogAttrs(ctx, slog.LevelError, "settlement abandoned", append(attrs, slog.String("error", err.Error()))...)
+		g.log.LogAttrs(ctx, slog.LevelError, "settlement abandoned", append(eventAttrs(e), slog.String("error", err.Error()))...)
 		return
-	}
-	if res.AlreadyApplied {
-		attrs = append(attrs, slog.Bool("already_applied", true))
 	}
 	if res.WrittenOff > 0 {
 		// The store capped the debit at what the organization had: the event holds the debited
 		// cost, and this is what could not be billed.
 		e.Cost -= res.WrittenOff
 		e.Estimated = true
-		attrs = append(attrs, slog.String("written_off", res.WrittenOff.String()))
-		g.log.LogAttrs(ctx, slog.LevelWarn, "debit capped at the available balance", attrs...)
+		g.log.LogAttrs(ctx, slog.LevelWarn, "debit capped at the available balance",
+			append(eventAttrs(e), slog.String("written_off", res.WrittenOff.String()))...)
 	}
-	g.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+	if g.opt.Metrics == nil || res.AlreadyApplied {
+		attrs := []slog.Attr{
+			slog.String("generation_id", e.GenerationID), slog.String("org_id", e.OrgID),
+			slog.String("model", e.Model), slog.String("backend", e.Backend),
+			slog.String("status", string(e.Status)), slog.Int("http_status", e.HTTPStatus),
+			slog.Int64("ttft_ms", e.TTFTMillis), slog.Int64("duration_ms", e.DurationMillis),
+		}
+		if res.AlreadyApplied {
+			// A settlement retried after its first try committed: the line says so even where
+			// the metrics line stands for the request.
+			attrs = append(attrs, slog.Bool("already_applied", true))
+		}
+		g.log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+	}
 	g.opt.Metrics.Request(e, g.opt.Clock.Now())
+}
+
+// eventAttrs are every field of a usage event but its version, for the lines that must hold the
+// whole bill of a request.
+func eventAttrs(e usage.Event) []slog.Attr {
+	return []slog.Attr{
+		slog.String("generation_id", e.GenerationID), slog.String("org_id", e.OrgID), slog.String("key_id", e.KeyID),
+		slog.String("model", e.Model), slog.String("endpoint", e.Endpoint), slog.Bool("stream", e.Stream),
+		slog.String("status", string(e.Status)), slog.Int("http_status", e.HTTPStatus),
+		slog.Int64("prompt_tokens", e.PromptTokens), slog.Int64("cached_tokens", e.CachedTokens), slog.Int64("completion_tokens", e.CompletionTokens),
+		slog.String("cost", e.Cost.String()), slog.Bool("estimated", e.Estimated),
+		slog.String("finish_reason", e.FinishReason), slog.Time("started_at", e.StartedAt),
+		slog.Int64("ttft_ms", e.TTFTMillis), slog.Int64("duration_ms", e.DurationMillis), slog.String("backend", e.Backend),
+	}
 }
 
 // pending is a request admitted by this process and not yet settled: what GET /v1/generation

@@ -214,7 +214,9 @@ type Admin interface {
 	// returns ErrExists.
 	AddEntry(ctx context.Context, e LedgerEntry) error
 	Ledger(ctx context.Context, orgID string) ([]LedgerEntry, error)
-	// Usage lists an organization's recorded events started in [from, to).
+	// Usage lists an organization's recorded events started in [from, to). Their generation ids
+	// are those the gateway makes, "gen-" and a ULID of the millisecond the request started: the
+	// DynamoDB store finds them by the time in the id.
 	Usage(ctx context.Context, orgID string, from, to time.Time) ([]usage.Event, error)
 	SetMaintenance(ctx context.Context, m Maintenance) error
 }

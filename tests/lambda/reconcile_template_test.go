@@ -33,7 +33,7 @@ func TestTemplateReconcilesDaily(t *testing.T) {
 	for action, want := range map[string][]string{
 		"dynamodb:Scan":         {"map[Fn::GetAtt:[OrgsTable Arn]]"},
 		"dynamodb:BatchGetItem": {"map[Fn::GetAtt:[AggregatesTable Arn]]"},
-		"dynamodb:Query":        {"map[Fn::Sub:${UsageTable.Arn}/index/by-started]", "map[Fn::GetAtt:[LedgerTable Arn]]", "map[Fn::GetAtt:[AggregatesTable Arn]]"},
+		"dynamodb:Query":        {"map[Fn::GetAtt:[UsageTable Arn]]", "map[Fn::GetAtt:[LedgerTable Arn]]", "map[Fn::GetAtt:[AggregatesTable Arn]]"},
 	} {
 		for _, r := range want {
 			if !slices.Contains(grants[action], r) {

@@ -490,7 +490,7 @@ var leastPrivilege = map[string][]grant{
 		{"sqs:ReceiveMessage", "UsageQueue.Arn"}, {"sqs:DeleteMessage", "UsageQueue.Arn"},
 		{"sqs:ChangeMessageVisibility", "UsageQueue.Arn"}, {"sqs:GetQueueAttributes", "UsageQueue.Arn"},
 		// The daily reconciliation (pkg/finance, functions/aggregator/reconcile.go).
-		{"dynamodb:Scan", "OrgsTable.Arn"}, {"dynamodb:Query", "${UsageTable.Arn}/index/by-started"},
+		{"dynamodb:Scan", "OrgsTable.Arn"}, {"dynamodb:Query", "UsageTable.Arn"},
 		{"dynamodb:Query", "LedgerTable.Arn"}, {"dynamodb:Query", "AggregatesTable.Arn"},
 		{"dynamodb:BatchGetItem", "AggregatesTable.Arn"},
 	},

@@ -40,8 +40,8 @@ func (s *Store) OrgIDs(ctx context.Context) ([]string, error) {
 	return ids, nil
 }
 
-// UsageItems hands fn the organization's usage items that started in [from, to), from the
-// by-started index.
+// UsageItems hands fn the organization's usage items that started in [from, to), strongly
+// consistent, in the order of their generation ids (usageStarted).
 func (s *Store) UsageItems(ctx context.Context, orgID string, from, to time.Time, fn func(map[string]types.AttributeValue) error) error {
 	f, err := store.UnixNanos("from", from)
 	if err != nil {
@@ -54,12 +54,7 @@ func (s *Store) UsageItems(ctx context.Context, orgID string, from, to time.Time
 	if f >= t {
 		return nil
 	}
-	return s.queryItems(ctx, &dynamodb.QueryInput{
-		TableName:                 &s.tables.Usage,
-		IndexName:                 aws.String(UsageByStartIndex),
-		KeyConditionExpression:    aws.String("org_id = :org AND started_at BETWEEN :from AND :last"),
-		ExpressionAttributeValues: item{":org": sv(orgID), ":from": nv(f), ":last": nv(t - 1)},
-	}, fn)
+	return s.queryItems(ctx, s.usageStarted(orgID, f, t-1), fn)
 }
 
 // LedgerItems hands fn the organization's ledger items whose entry IDs lie in [fromID, toID],

@@ -18,9 +18,6 @@ import (
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
-// UsageByStartIndex is the usage table's global secondary index: org_id, then started_at.
-const UsageByStartIndex = "by-started"
-
 // Settle ends a request in one TransactWriteItems of up to three items:
 //
 //  1. the org item: REMOVE leases.<holder>, balance = balance - cost, available = available +
@@ -277,8 +274,7 @@ func (s *Store) generation(ctx context.Context, orgID, generationID string) (usa
 }
 
 // Usage lists an organization's events started in [from, to), by start time then generation id,
-// from the by-started index (eventually consistent on AWS: an event settled a moment ago may be
-// missing for a fraction of a second).
+// strongly consistent (usageStarted says how the table's key finds them).
 func (s *Store) Usage(ctx context.Context, orgID string, from, to time.Time) ([]usage.Event, error) {
 	events, err := s.usage(ctx, orgID, from, to)
 	if err != nil {
@@ -298,19 +294,13 @@ func (s *Store) usage(ctx context.Context, orgID string, from, to time.Time) ([]
 	}
 	var query *dynamodb.QueryInput
 	if f < t {
-		query = &dynamodb.QueryInput{
-			TableName:                 &s.tables.Usage,
-			IndexName:                 aws.String(UsageByStartIndex),
-			KeyConditionExpression:    aws.String("org_id = :org AND started_at BETWEEN :from AND :last"),
-			ExpressionAttributeValues: item{":org": sv(orgID), ":from": nv(f), ":last": nv(t - 1)},
-		}
+		query = s.usageStarted(orgID, f, t-1)
 	}
 	events, err := listOrg(ctx, s, orgID, query, decodeEvent)
 	if err != nil {
 		return nil, err
 	}
-	// The index orders by start time; events that started in the same nanosecond come in no
-	// particular order, so the generation id breaks ties here.
+	// The key orders by the millisecond of the start, then by the id's random part.
 	slices.SortStableFunc(events, func(a, b usage.Event) int {
 		if c := a.StartedAt.Compare(b.StartedAt); c != 0 {
 			return c
@@ -318,4 +308,24 @@ func (s *Store) usage(ctx context.Context, orgID string, from, to time.Time) ([]
 		return strings.Compare(a.GenerationID, b.GenerationID)
 	})
 	return events, nil
+}
+
+// usageStarted is a Query of the organization's usage items that started in [first, last], Unix
+// nanoseconds, strongly consistent. A generation id is "gen-" and a ULID of the millisecond its
+// request started (the gateway's newGenerationID and the event's started_at are one clock
+// reading), so the table's own sort key orders an organization's usage by start, to the
+// millisecond: the ids of the milliseconds of first to last hold every item that started in
+// [first, last], and the filter on started_at drops those that started in the same milliseconds
+// but outside it.
+func (s *Store) usageStarted(orgID string, first, last int64) *dynamodb.QueryInput {
+	lo, hi := usage.GenerationIDRange(store.FromUnixNanos(first), store.FromUnixNanos(last))
+	return &dynamodb.QueryInput{
+		TableName:              &s.tables.Usage,
+		KeyConditionExpression: aws.String("org_id = :org AND generation_id BETWEEN :lo AND :hi"),
+		FilterExpression:       aws.String("started_at BETWEEN :first AND :last"),
+		ExpressionAttributeValues: item{
+			":org": sv(orgID), ":lo": sv(lo), ":hi": sv(hi), ":first": nv(first), ":last": nv(last),
+		},
+		ConsistentRead: aws.Bool(true),
+	}
 }

@@ -34,7 +34,7 @@ func TableDefinitions(t Tables) []*dynamodb.CreateTableInput {
 			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
 		}
 	}
-	const s, n = types.ScalarAttributeTypeS, types.ScalarAttributeTypeN
+	const s = types.ScalarAttributeTypeS
 	return []*dynamodb.CreateTableInput{
 		{
 			TableName:            aws.String(t.Orgs),
@@ -54,12 +54,9 @@ func TableDefinitions(t Tables) []*dynamodb.CreateTableInput {
 		},
 		{
 			TableName:            aws.String(t.Usage),
-			AttributeDefinitions: []types.AttributeDefinition{attr("org_id", s), attr("generation_id", s), attr("started_at", n)},
+			AttributeDefinitions: []types.AttributeDefinition{attr("org_id", s), attr("generation_id", s)},
 			KeySchema:            key("org_id", "generation_id"),
 			StreamSpecification:  UsageStream(),
-			GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{
-				index(UsageByStartIndex, "org_id", "started_at"),
-			},
 		},
 		{
 			TableName:            aws.String(t.Aggregates),

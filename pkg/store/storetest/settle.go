@@ -14,8 +14,9 @@ import (
 func testSettle(t *testing.T, s store.Store) {
 	initial := mustParse(t, "1.5")
 	createOrg(t, s, "org-a", 1, initial)
-	lease := admit(t, s, "org-a", "gen-1", t0)
-	e := event("org-a", "gen-1", mustParse(t, "0.000001155"), at(-time.Second))
+	gen := generationID(at(-time.Second), "1")
+	lease := admit(t, s, "org-a", gen, t0)
+	e := event("org-a", gen, mustParse(t, "0.000001155"), at(-time.Second))
 	if res := settle(t, s, lease, e, at(2*time.Second)); res.AlreadyApplied {
 		t.Error("first Settle reports AlreadyApplied")
 	}
@@ -24,7 +25,7 @@ func testSettle(t *testing.T, s store.Store) {
 	wantHolders(t, s, "org-a", at(2*time.Second))
 	admit(t, s, "org-a", "gen-2", at(2*time.Second))
 
-	got, err := s.Generation(ctx(t), "org-a", "gen-1")
+	got, err := s.Generation(ctx(t), "org-a", gen)
 	if err != nil || !sameEvent(got, e) {
 		t.Errorf("Generation = %+v, %v; want %+v", got, err, e)
 	}
@@ -32,7 +33,7 @@ func testSettle(t *testing.T, s store.Store) {
 	if err != nil {
 		t.Fatalf("Ledger: %v", err)
 	}
-	debit := store.LedgerEntry{ID: "gen-1", OrgID: "org-a", Kind: store.EntryDebit, Amount: -e.Cost, At: at(2 * time.Second)}
+	debit := store.LedgerEntry{ID: gen, OrgID: "org-a", Kind: store.EntryDebit, Amount: -e.Cost, At: at(2 * time.Second)}
 	if len(entries) != 2 || entries[0].ID != "initial" || !sameEntry(withoutNote(entries[1]), debit) {
 		t.Errorf("Ledger = %+v, want the initial top-up and %+v", entries, debit)
 	}
@@ -74,8 +75,9 @@ func (a snapshot) equal(b snapshot) bool {
 
 func testSettleReplay(t *testing.T, s store.Store) {
 	createOrg(t, s, "org-a", 2, money.Dollar)
-	lease := admit(t, s, "org-a", "gen-1", t0)
-	e := event("org-a", "gen-1", 777, t0)
+	gen := generationID(t0, "1")
+	lease := admit(t, s, "org-a", gen, t0)
+	e := event("org-a", gen, 777, t0)
 	settle(t, s, lease, e, at(time.Second))
 	before := snap(t, s, "org-a")
 
@@ -91,7 +93,7 @@ func testSettleReplay(t *testing.T, s store.Store) {
 			t.Errorf("replay %d changed the store:\n got %+v\nwant %+v", i, after, before)
 		}
 	}
-	if got, err := s.Generation(ctx(t), "org-a", "gen-1"); err != nil || !sameEvent(got, e) {
+	if got, err := s.Generation(ctx(t), "org-a", gen); err != nil || !sameEvent(got, e) {
 		t.Errorf("Generation after replays = %+v, %v; want %+v", got, err, e)
 	}
 	wantBalance(t, s, "org-a", money.Dollar-777)
@@ -99,8 +101,9 @@ func testSettleReplay(t *testing.T, s store.Store) {
 
 func testSettleConcurrent(t *testing.T, s store.Store) {
 	createOrg(t, s, "org-a", 2, money.Dollar)
-	lease := admit(t, s, "org-a", "gen-1", t0)
-	e := event("org-a", "gen-1", 12345, t0)
+	gen := generationID(t0, "1")
+	lease := admit(t, s, "org-a", gen, t0)
+	e := event("org-a", gen, 12345, t0)
 	const n = 8
 	var (
 		wg      sync.WaitGroup
@@ -203,28 +206,31 @@ func testUsage(t *testing.T, s store.Store) {
 	createOrg(t, s, "org-a", 8, money.Dollar)
 	createOrg(t, s, "org-b", 8, money.Dollar)
 	from, to := at(time.Second), at(3*time.Second)
+	ids := map[string]string{} // name → generation id
 	for _, tc := range []struct {
 		org, gen string
 		started  time.Time
 	}{
-		{"org-a", "gen-f", to}, // excluded: the range ends before to
-		{"org-a", "gen-e", at(2 * time.Second)},
-		{"org-a", "gen-b", from},                       // included: the range starts at from
-		{"org-a", "gen-a", from},                       // same start: by generation id
-		{"org-a", "gen-0", from.Add(-time.Nanosecond)}, // excluded
-		{"org-a", "gen-c", to.Add(-time.Nanosecond)},
-		{"org-b", "gen-d", at(2 * time.Second)}, // another organization's
-		{"org-a", "gen-g", at(1500 * time.Millisecond)},
-		{"org-a", "gen-h", at(2*time.Second + time.Hour)}, // excluded
+		{"org-a", "f", to}, // excluded: the range ends before to
+		{"org-a", "e", at(2 * time.Second)},
+		{"org-a", "b", from},                       // included: the range starts at from
+		{"org-a", "a", from},                       // same start: by generation id
+		{"org-a", "0", from.Add(-time.Nanosecond)}, // excluded, though of from's millisecond
+		{"org-a", "c", to.Add(-time.Nanosecond)},   // included, of to's millisecond
+		{"org-b", "d", at(2 * time.Second)},        // another organization's
+		{"org-a", "g", at(1500 * time.Millisecond)},
+		{"org-a", "h", at(2*time.Second + time.Hour)}, // excluded
 	} {
-		lease := admit(t, s, tc.org, tc.gen, t0)
-		settle(t, s, lease, event(tc.org, tc.gen, 1, tc.started), at(time.Hour))
+		gen := generationID(tc.started, tc.gen)
+		ids[tc.gen] = gen
+		lease := admit(t, s, tc.org, gen, t0)
+		settle(t, s, lease, event(tc.org, gen, 1, tc.started), at(time.Hour))
 	}
 	events, err := s.Usage(ctx(t), "org-a", from, to)
 	if err != nil {
 		t.Fatalf("Usage: %v", err)
 	}
-	if got, want := generationIDs(events), []string{"gen-a", "gen-b", "gen-g", "gen-e", "gen-c"}; !slices.Equal(got, want) {
+	if got, want := generationIDs(events), []string{ids["a"], ids["b"], ids["g"], ids["e"], ids["c"]}; !slices.Equal(got, want) {
 		t.Errorf("Usage(org-a, [%v, %v)) = %v, want %v", from, to, got, want)
 	}
 	for _, e := range events {

@@ -213,7 +213,7 @@ func RaceSlotsCycles(t *testing.T, cycles int, stores ...store.Store) {
 		wg.Go(func() {
 			var backoff time.Duration
 			for i := 0; i < cycles; {
-				gen := fmt.Sprintf("gen-%02d-%04d", g, i)
+				gen := generationID(t0, fmt.Sprintf("%02d-%04d", g, i))
 				lease, err := s.Admit(ctx(t), store.AdmitRequest{OrgID: org, HolderID: gen, Now: t0})
 				if errors.Is(err, store.ErrSlotsFull) {
 					refused.Add(1)

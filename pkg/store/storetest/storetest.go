@@ -6,8 +6,11 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
+
+	"github.com/oklog/ulid/v2"
 
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
@@ -84,6 +87,19 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opt Optio
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 123456789, time.UTC)
 
 func at(d time.Duration) time.Time { return t0.Add(d) }
+
+// generationID is the id the gateway gives a request that started at started: "gen-" and a ULID
+// of that millisecond, here with name (at most 10 bytes) as its random part, so that the ids of
+// one millisecond sort by name. Stores may find a usage event by the time in its id (the DynamoDB
+// store lists usage by start time so), so events that a test lists carry such ids.
+func generationID(started time.Time, name string) string {
+	var u ulid.ULID
+	if err := u.SetTime(ulid.Timestamp(started)); err != nil || len(name) > len(u)-6 {
+		panic(fmt.Sprintf("generationID(%v, %q)", started, name))
+	}
+	copy(u[6:], name)
+	return "gen-" + u.String()
+}
 
 func ctx(t *testing.T) context.Context { return t.Context() }
 
