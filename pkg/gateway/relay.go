@@ -135,11 +135,14 @@ func (r *relayState) pump(s *stream) {
 	for {
 		// Flush before any read that could wait: events already read are never held back by
 		// events not yet arrived, while a burst that arrived together goes out in one write.
+		// The chunk buffers go back to chunkPool there too, so that a stream waiting for its
+		// backend holds none of them; a burst keeps them from its first event to its last.
 		if !r.dec.Pending() {
 			if unflushed && !s.flush() {
 				return
 			}
 			unflushed = false
+			r.release()
 		}
 		ev, err := r.dec.Next()
 		if err != nil {
@@ -267,7 +270,7 @@ type relayState struct {
 	dec       *openai.Decoder
 	rename    bool
 	modelJSON []byte
-	buf       *chunkBuffers // from chunkPool, taken for the first chunk
+	buf       *chunkBuffers // from chunkPool while a burst of events is relayed; nil while waiting
 	content   bool          // the last chunk carried generated content
 	usageSent bool
 	done      bool          // the backend ended the stream with [DONE]
@@ -289,8 +292,9 @@ func newRelayState(x *exchange, resp *upstream.Response) *relayState {
 }
 
 // chunkBuffers are what rewriting a chunk needs: its parsed fields and the bytes to send. A relay
-// takes them from chunkPool for its first chunk and gives them back when its stream ends, so that
-// streams reuse them rather than grow their own.
+// takes them from chunkPool for the first chunk of a burst and gives them back before it waits for
+// the backend again (see pump), so that streams reuse them rather than grow their own, and an open
+// stream that waits holds none.
 type chunkBuffers struct {
 	fields []openai.Field
 	chunk  openai.ChatCompletionChunk // its choices, read with the fields

@@ -3,11 +3,14 @@ package gateway
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/neocloud/kiln/pkg/openai"
 )
 
 // scripted is a backend that streams a fixed list of SSE data payloads.
@@ -197,5 +200,50 @@ func TestLargeBodyDroppedOnceUsageIsKnown(t *testing.T) {
 				t.Errorf("prompt estimate %d, want %d", got, want)
 			}
 		})
+	}
+}
+
+// waitingBody is a backend's stream that hands out one event per read and records, at each read,
+// whether the relay r holds chunk buffers while it waits for the backend.
+type waitingBody struct {
+	events []string
+	r      *relayState
+	held   []bool
+}
+
+func (b *waitingBody) Read(p []byte) (int, error) {
+	b.held = append(b.held, b.r.buf != nil)
+	if len(b.events) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, "data: "+b.events[0]+"\n\n")
+	b.events = b.events[1:]
+	return n, nil
+}
+
+// TestRelayWaitsWithoutChunkBuffers checks that a stream waiting for its backend's next event
+// holds no chunk buffers: an open, idle stream costs none of them.
+func TestRelayWaitsWithoutChunkBuffers(t *testing.T) {
+	h := newHarness(t)
+	qwen, _ := h.catalog.Model("qwen3-32b")
+	const c = `{"id":"c1","object":"chat.completion.chunk","created":1,"model":"Qwen/Qwen3-32B","choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":null}]}`
+	x := &exchange{g: h.gw, ep: chatEndpoint, req: &request{model: qwen, stream: true}}
+	body := &waitingBody{events: []string{fmt.Sprintf(c, "Hel"), fmt.Sprintf(c, "lo"), "[DONE]"}}
+	r := &relayState{x: x, dec: openai.NewDecoder(body), rename: true, modelJSON: []byte(`"qwen3-32b"`)}
+	body.r = r
+	rec := httptest.NewRecorder()
+	s := newStream(rec, time.Minute)
+	defer s.close()
+	r.pump(s)
+	if !r.done || r.err != nil {
+		t.Fatalf("relay ended with done %v, err %v", r.done, r.err)
+	}
+	if got := strings.Count(rec.Body.String(), `"qwen3-32b"`); got != 2 {
+		t.Fatalf("client got %d chunks, want 2:\n%s", got, rec.Body.String())
+	}
+	for i, held := range body.held {
+		if held {
+			t.Errorf("read %d of the backend's stream: the relay held chunk buffers while waiting", i+1)
+		}
 	}
 }
