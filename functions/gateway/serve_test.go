@@ -160,8 +160,14 @@ func TestShutdownPastTheGrace(t *testing.T) {
 		t.Fatalf("status %d, generation %q", resp.StatusCode, gen)
 	}
 	r := bufio.NewReader(resp.Body)
-	if _, err := r.ReadString('\n'); err != nil { // the stream has begun
-		t.Fatal(err)
+	for { // the stream has delivered a token (the first event is the role's alone)
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(line, `"content":"tok`) {
+			break
+		}
 	}
 	go io.Copy(io.Discard, r)
 	if err := l.stop(); err != nil {
