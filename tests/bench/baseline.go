@@ -57,10 +57,33 @@ func compareBaseline(cfg Config, st *stack, logf func(string, ...any)) baselineR
 			logf("compare round %d: %s %.1f µs CPU per request at 8 connections, %.2f µs per chunk, %.1f KiB per idle stream",
 				r+1, name, cpuPer(closed[i], "gateway", false), cpuPer(streams[i], "gateway", true), idle[i]/1024)
 		}
+		answered, err := roundAnswered(r, names, closed, streams)
+		if err != nil {
+			res.err = err
+		}
+		if !answered { // a ratio of nothing would read as 0 µs: the round is left out, its error says why
+			continue
+		}
 		res.closed, res.streams = append(res.closed, closed), append(res.streams, streams)
 		res.idle, res.idleOpened = append(res.idle, idle), append(res.idleOpened, opened)
 	}
 	return res
+}
+
+// roundAnswered reports whether every phase of round r answered at least one request, and an
+// error naming the last phase in which requests failed: CPU per request divides by the requests
+// answered, so a phase that failed reads cheap.
+func roundAnswered(r int, names [2]string, closed, streams [2]phase) (bool, error) {
+	answered, err := true, error(nil)
+	for i, name := range names {
+		for _, ph := range []phase{closed[i], streams[i]} {
+			if ph.errs > 0 {
+				err = fmt.Errorf("%s, round %d: %d of %d requests failed, the first: %v", name, r+1, ph.errs, ph.errs+int64(len(ph.total)), ph.firstErr)
+			}
+			answered = answered && len(ph.total) > 0
+		}
+	}
+	return answered, err
 }
 
 // startBaseline starts the baseline gateway (cfg.BaselineBin) with the benchmark's organization,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -189,4 +190,32 @@ func fixtureLambdaMemory() lambdaMemory {
 		m.rounds = append(m.rounds, r)
 	}
 	return m
+}
+
+// TestRoundAnswered: a side-by-side round in which one phase answered nothing is left out of the
+// ratios, and failed requests are reported, so that a phase that failed does not read as cheap.
+func TestRoundAnswered(t *testing.T) {
+	names := [2]string{"gateway", "baseline"}
+	ok := phase{total: latencies{time.Millisecond}}
+	failed := phase{errs: 3, firstErr: errors.New("503 store_unavailable")}
+	partly := phase{total: latencies{time.Millisecond}, errs: 1, firstErr: errors.New("EOF")}
+	for _, tc := range []struct {
+		name      string
+		closed    [2]phase
+		streams   [2]phase
+		answered  bool
+		wantError string
+	}{
+		{"all answered", [2]phase{ok, ok}, [2]phase{ok, ok}, true, ""},
+		{"the baseline answered nothing", [2]phase{ok, failed}, [2]phase{ok, ok}, false, "baseline, round 2: 3 of 3 requests failed, the first: 503 store_unavailable"},
+		{"a stream failed", [2]phase{ok, ok}, [2]phase{partly, ok}, true, "gateway, round 2: 1 of 2 requests failed, the first: EOF"},
+	} {
+		answered, err := roundAnswered(1, names, tc.closed, tc.streams)
+		if answered != tc.answered {
+			t.Errorf("%s: answered %v, want %v", tc.name, answered, tc.answered)
+		}
+		if got := fmt.Sprint(err); (tc.wantError == "" && err != nil) || (tc.wantError != "" && got != tc.wantError) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.wantError)
+		}
+	}
 }
