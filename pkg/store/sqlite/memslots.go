@@ -193,6 +193,19 @@ func (m *memSlots) inFlight(orgID string, now int64) []store.Lease {
 	return leases
 }
 
+// copied records that the leases table now holds leases, a snapshot's. A change made while the
+// copy was written was weighed against the table as it was before (change disarms the copy when
+// the slots are back to an empty table), so it is copied in its turn.
+func (m *memSlots) copied(leases []store.Lease) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tableEmpty = len(leases) == 0
+	if m.changed && !m.armed && !(m.tableEmpty && m.empty()) {
+		m.copy.Reset(mirrorEvery)
+		m.armed = true
+	}
+}
+
 // snapshot returns every holder when the slots changed since the last snapshot.
 func (m *memSlots) snapshot() (leases []store.Lease, changed bool) {
 	m.mu.Lock()
@@ -286,9 +299,7 @@ func (s *Store) mirrorLoop() {
 			continue
 		}
 		held = leases
-		s.slots.mu.Lock()
-		s.slots.tableEmpty = len(held) == 0
-		s.slots.mu.Unlock()
+		s.slots.copied(held)
 	}
 }
 
