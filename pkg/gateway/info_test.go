@@ -234,3 +234,20 @@ func TestHealthz(t *testing.T) {
 		t.Errorf("%d %q", rec.Code, rec.Body.String())
 	}
 }
+
+// TestGenerationFinishReasonNull: an event without a finish reason shows null, not "", and the
+// object's name comes first.
+func TestGenerationFinishReasonNull(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	r := h.do(req{path: "/v1/chat/completions", body: `{"model":"not-a-model","messages":[{"role":"user","content":"hi"}]}`, key: h.key})
+	if r.status != 404 {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	h.waitEvent(h.orgID, r.genID())
+	g := h.do(req{method: http.MethodGet, path: "/v1/generation?id=" + r.genID(), key: h.key})
+	if g.status != 200 || !bytes.HasPrefix(g.body, []byte(`{"object":"generation","version":1,`)) ||
+		!bytes.Contains(g.body, []byte(`"finish_reason":null`)) || bytes.Count(g.body, []byte(`"finish_reason"`)) != 1 {
+		t.Errorf("%d %s", g.status, g.body)
+	}
+}
