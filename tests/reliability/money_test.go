@@ -204,8 +204,10 @@ func TestStoreFrozenPastLease(t *testing.T) {
 // store's own records, sampled all the while and read afterwards: no balance or available amount
 // was ever below zero, never more than the limit of leases at once, every answer a client
 // received complete was debited exactly its usage.cost once, nothing was debited without a usage
-// record, and the final balance is the top-up less the debits. Settlements of the flooded
-// organization commit within a second.
+// record, and the final balance is the top-up less the debits. The flood does not starve the
+// settlements of the flooded organization: their p99 stays within ten times the p99 of the
+// refusals answered in the same flood (one store call each), so that a loaded machine, which
+// slows both, does not fail the test, and a settlement queued behind refusals does.
 func TestMoneyUnderChaos(t *testing.T) {
 	st, gws := dynamoGateways(t, 3, "3s")
 	// A request reserves about $0.00012: with $0.0004 three fit, and the limit of 2 binds first,
@@ -240,7 +242,7 @@ func TestMoneyUnderChaos(t *testing.T) {
 	var mu sync.Mutex
 	complete := map[string]money.Amount{} // generation → usage.cost the client received
 	counts := map[string]int{}
-	var settleWaits []time.Duration
+	var settleWaits, refusals []time.Duration
 	var clients sync.WaitGroup
 	alive := func(i int) *gatewayProc { return gws[i%len(gws)] }
 	var killed atomic.Bool
@@ -263,6 +265,9 @@ func TestMoneyUnderChaos(t *testing.T) {
 				out := chaosRequest(alive(gi).Base, key, content, streamed, tokens, leave)
 				mu.Lock()
 				counts[fmt.Sprint(out.status)]++
+				if out.status == 402 || out.status == 429 {
+					refusals = append(refusals, out.took)
+				}
 				if out.complete {
 					complete[out.genID] = out.cost
 					if out.settleWait > 0 {
@@ -323,11 +328,13 @@ func TestMoneyUnderChaos(t *testing.T) {
 		t.Errorf("the run did not exercise what it should: %v, %d complete", counts, len(complete))
 	}
 	slices.Sort(settleWaits)
-	if n := len(settleWaits); n > 0 {
-		p99 := settleWaits[(n-1)*99/100]
-		t.Logf("time from an answer's last chunk to its end (its settlement): p50 %v, p99 %v, max %v", settleWaits[n/2], p99, settleWaits[n-1])
-		if p99 > time.Second {
-			t.Errorf("settlements under the flood took %v at p99, over a second", p99)
+	slices.Sort(refusals)
+	if n, m := len(settleWaits), len(refusals); n > 0 && m > 0 {
+		p99, refusedP99 := settleWaits[(n-1)*99/100], refusals[(m-1)*99/100]
+		t.Logf("time from an answer's last chunk to its end (its settlement): p50 %v, p99 %v, max %v; a refusal's answer: p50 %v, p99 %v",
+			settleWaits[n/2], p99, settleWaits[n-1], refusals[m/2], refusedP99)
+		if p99 > max(time.Second, 10*refusedP99) {
+			t.Errorf("settlements under the flood took %v at p99, over ten times the refusals' %v", p99, refusedP99)
 		}
 	}
 
@@ -374,6 +381,7 @@ type chaosOutcome struct {
 	complete   bool          // the whole answer arrived: a body, or a stream to [DONE]
 	cost       money.Amount  // its usage.cost
 	settleWait time.Duration // stream: from the last content chunk to [DONE], its settlement's wait
+	took       time.Duration // a refusal: from sending the request to its answer's end
 }
 
 // chaosRequest sends one request with include_usage on streams, and reads it whole, or leaves a
@@ -387,6 +395,7 @@ func chaosRequest(base, key, content string, streamed bool, tokens int, leave bo
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+"/chat/completions", strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+key)
+	sent := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
 		return chaosOutcome{}
@@ -395,6 +404,7 @@ func chaosRequest(base, key, content string, streamed bool, tokens int, leave bo
 	out := chaosOutcome{status: resp.StatusCode, genID: resp.Header.Get("X-Neocloud-Generation-Id")}
 	if resp.StatusCode != 200 {
 		io.Copy(io.Discard, resp.Body)
+		out.took = time.Since(sent)
 		return out
 	}
 	if !streamed {
