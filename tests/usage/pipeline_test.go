@@ -197,7 +197,7 @@ func (r request) send(ctx context.Context, client *http.Client, base, key string
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var resp *http.Response
-	for try := 0; ; try++ {
+	for giveUp := time.Now().Add(time.Minute); ; {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(b))
 		req.Header.Set("Authorization", "Bearer "+key)
 		req.Header.Set("Content-Type", "application/json")
@@ -206,11 +206,18 @@ func (r request) send(ctx context.Context, client *http.Client, base, key string
 		if err != nil {
 			return fmt.Errorf("%s: %w", r.kind, err)
 		}
-		if resp.StatusCode != http.StatusTooManyRequests || try == 200 {
+		// The organization's slots are still held by settlements finishing in the background
+		// (429), or a loaded machine kept admission past its deadline (503 store_unavailable;
+		// an open breaker's 503 is an answer of its own, below): a well-behaved client, as the
+		// OpenAI SDKs do, waits and tries again.
+		retry := resp.StatusCode == http.StatusTooManyRequests
+		if resp.StatusCode == http.StatusServiceUnavailable {
+			body, _ := io.ReadAll(resp.Body)
+			retry = bytes.Contains(body, []byte(`"store_unavailable"`))
+		}
+		if !retry || time.Now().After(giveUp) {
 			break
 		}
-		// The organization's slots are still held by settlements finishing in the
-		// background: a well-behaved client waits and tries again.
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		time.Sleep(time.Duration(10+rand.IntN(20)) * time.Millisecond)
