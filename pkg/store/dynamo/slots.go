@@ -68,19 +68,13 @@ const purgeBatch = 50
 // success. Another lease of the same holder is ErrExists.
 func (s *Store) Admit(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
 	lease, err := s.admit(ctx, req)
-	if err != nil {
-		return store.Lease{}, fmt.Errorf("admit %s: %w", req.OrgID, err)
-	}
-	return lease, nil
+	return lease, store.Wrapf(err, "admit %s", req.OrgID)
 }
 
 func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
 	now, expires, err := req.Times()
 	if err != nil {
 		return store.Lease{}, err
-	}
-	if req.Reserve < 0 {
-		return store.Lease{}, fmt.Errorf("negative reservation %s", req.Reserve)
 	}
 	reserve := int64(req.Reserve)
 	lease := store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires), Reserved: req.Reserve}
@@ -130,7 +124,7 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 			return store.Lease{}, fmt.Errorf("holder %s: %w", req.HolderID, store.ErrExists)
 		}
 		var expired []string
-		held, freed := int64(0), int64(0)
+		held, freed := 0, int64(0)
 		for holder, l := range leases {
 			if l.expires > now {
 				held++
@@ -139,14 +133,10 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 				freed += l.reserved
 			}
 		}
-		switch {
-		case status != store.OrgActive:
-			return store.Lease{}, store.ErrSuspended
-		case !fits(available+freed, reserve):
-			return store.Lease{}, store.ErrInsufficientCredits
-		case held >= limit:
-			return store.Lease{}, store.ErrSlotsFull
-		case len(expired) == 0:
+		if err := store.Refusal(status, money.Amount(available+freed), req.Reserve, held, int(limit)); err != nil {
+			return store.Lease{}, err
+		}
+		if len(expired) == 0 {
 			return store.Lease{}, fmt.Errorf("org item refused a lease with %d of %d held, %d available and none expired", held, limit, available)
 		}
 		if err := s.purge(ctx, req.OrgID, expired, leases); err != nil {
@@ -155,10 +145,6 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 	}
 	return store.Lease{}, fmt.Errorf("leases of %s kept changing during %d rounds", req.OrgID, maxAdmitRounds)
 }
-
-// fits reports whether a reservation fits what is available: at least the reservation, and
-// always more than zero (a request is never admitted on an empty balance).
-func fits(available, reserve int64) bool { return available >= reserve && available > 0 }
 
 // purge removes expired leases from an organization's lease map and gives their reservations
 // back to what is available, each only if it still has the expiry it was seen with: a lease
@@ -230,25 +216,14 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) (bool, error) {
 // conditional UpdateItem; ErrLeaseLost when the lease was released or had expired by now.
 func (s *Store) Renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
 	renewed, err := s.renew(ctx, lease, now, ttl)
-	if err != nil {
-		return store.Lease{}, fmt.Errorf("renew %s of %s: %w", lease.HolderID, lease.OrgID, err)
-	}
-	return renewed, nil
+	return renewed, store.Wrapf(err, "renew %s of %s", lease.HolderID, lease.OrgID)
 }
 
 func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
 	if lease.OrgID == "" || lease.HolderID == "" {
 		return store.Lease{}, store.ErrLeaseLost
 	}
-	ttl, err := store.LeaseTTL(ttl)
-	if err != nil {
-		return store.Lease{}, err
-	}
-	n, err := store.UnixNanos("now", now)
-	if err != nil {
-		return store.Lease{}, err
-	}
-	expires, err := store.UnixNanos("expiry", now.Add(ttl))
+	n, expires, err := store.LeaseTimes(now, ttl)
 	if err != nil {
 		return store.Lease{}, err
 	}
@@ -277,10 +252,7 @@ func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 // consistent read of its org item.
 func (s *Store) InFlight(ctx context.Context, orgID string, now time.Time) ([]store.Lease, error) {
 	leases, err := s.inFlight(ctx, orgID, now)
-	if err != nil {
-		return nil, fmt.Errorf("in flight of %s: %w", orgID, err)
-	}
-	return leases, nil
+	return leases, store.Wrapf(err, "in flight of %s", orgID)
 }
 
 func (s *Store) inFlight(ctx context.Context, orgID string, now time.Time) ([]store.Lease, error) {
