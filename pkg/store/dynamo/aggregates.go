@@ -28,30 +28,16 @@ const (
 	markerPrefix = "gen#"
 )
 
-// Fold is one TransactWriteItems: the marker of the generation, put if absent, and an ADD of the
-// totals to the day × model and the month roll-up items (which ADD creates). A marker that
-// exists cancels the transaction, and nothing changes. Every number is an exact integer.
+// Fold is FoldBatch of one delta: one TransactWriteItems of the marker of the generation, put if
+// absent, and an ADD of the totals to the day × model and the month roll-up items (which ADD
+// creates). A marker that exists cancels the transaction, and nothing changes. Every number is an
+// exact integer.
 func (s *Store) Fold(ctx context.Context, d usage.Delta) (bool, error) {
-	if err := store.CheckDelta(d); err != nil {
+	applied, err := s.FoldBatch(ctx, []usage.Delta{d})
+	if err != nil {
 		return false, err
 	}
-	c, err := s.transact(ctx, func() []types.TransactWriteItem {
-		return []types.TransactWriteItem{
-			s.marker(d),
-			s.rollupAdd(d.OrgID, dayKey(d), d.Totals),
-			s.rollupAdd(d.OrgID, monthKey(d), d.Totals),
-		}
-	})
-	if err != nil {
-		return false, fmt.Errorf("fold %s of %s: %w", d.GenerationID, d.OrgID, err)
-	}
-	if c == nil {
-		return true, nil
-	}
-	if failed, _ := c.failed(0); failed {
-		return false, nil
-	}
-	return false, fmt.Errorf("fold %s of %s: transaction cancelled: %v", d.GenerationID, d.OrgID, c)
+	return applied[0], nil
 }
 
 // maxTransactItems is the most items one TransactWriteItems may hold.
@@ -254,12 +240,7 @@ func (s *Store) MonthlyRollups(ctx context.Context, orgID, fromMonth, toMonth st
 func (s *Store) rollups(ctx context.Context, orgID, from, to string) ([]usage.Rollup, error) {
 	var query *dynamodb.QueryInput
 	if from <= to {
-		query = &dynamodb.QueryInput{
-			TableName:                 &s.tables.Aggregates,
-			KeyConditionExpression:    aws.String("pk = :org AND sk BETWEEN :from AND :to"),
-			ExpressionAttributeValues: item{":org": sv(orgID), ":from": sv(from), ":to": sv(to)},
-			ConsistentRead:            aws.Bool(true),
-		}
+		query = s.rollupQuery(orgID, from, to)
 	}
 	return listOrg(ctx, s, orgID, query, func(it item) (usage.Rollup, error) {
 		d := decoder{it: it}
@@ -276,6 +257,17 @@ func (s *Store) rollups(ctx context.Context, orgID, from, to string) ([]usage.Ro
 		r.Cost = money.Amount(d.num("cost"))
 		return r, d.err
 	}, nil)
+}
+
+// rollupQuery is a strongly consistent Query of the organization's roll-up items from..to (sort
+// keys, both included).
+func (s *Store) rollupQuery(orgID, from, to string) *dynamodb.QueryInput {
+	return &dynamodb.QueryInput{
+		TableName:                 &s.tables.Aggregates,
+		KeyConditionExpression:    aws.String("pk = :org AND sk BETWEEN :from AND :to"),
+		ExpressionAttributeValues: item{":org": sv(orgID), ":from": sv(from), ":to": sv(to)},
+		ConsistentRead:            aws.Bool(true),
+	}
 }
 
 var _ store.Store = (*Store)(nil)

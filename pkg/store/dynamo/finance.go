@@ -62,13 +62,8 @@ func (s *Store) DayRollupItems(ctx context.Context, orgID, fromDay, toDay string
 	if fromDay > toDay {
 		return nil
 	}
-	return s.queryItems(ctx, &dynamodb.QueryInput{
-		TableName:              &s.tables.Aggregates,
-		KeyConditionExpression: aws.String("pk = :org AND sk BETWEEN :from AND :to"),
-		// '$' sorts right after '#', so the upper bound covers every model of the last day.
-		ExpressionAttributeValues: item{":org": sv(orgID), ":from": sv(dayPrefix + fromDay), ":to": sv(dayPrefix + toDay + "$")},
-		ConsistentRead:            aws.Bool(true),
-	}, fn)
+	// '$' sorts right after '#', so the upper bound covers every model of the last day.
+	return s.queryItems(ctx, s.rollupQuery(orgID, dayPrefix+fromDay, dayPrefix+toDay+"$"), fn)
 }
 
 func (s *Store) queryItems(ctx context.Context, in *dynamodb.QueryInput, fn func(map[string]types.AttributeValue) error) error {

@@ -112,27 +112,21 @@ func (s *Store) revokeKey(ctx context.Context, keyID string, at time.Time) error
 	if err != nil {
 		return err
 	}
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.tables.Keys, Key: keyIDKey(keyID), ConsistentRead: aws.Bool(true)})
+	claim, err := s.get(ctx, &s.tables.Keys, keyIDKey(keyID))
 	if err != nil {
 		return err
 	}
-	if out.Item == nil {
-		return store.ErrNotFound
-	}
-	d := decoder{it: out.Item}
+	d := decoder{it: claim}
 	h := d.str("key_hash")
 	if d.err != nil {
 		return d.err
 	}
-	err = write(ctx, func() error {
-		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 &s.tables.Keys,
-			Key:                       keyOf("pk", keyByHashPrefix+h),
-			UpdateExpression:          aws.String("SET revoked_at = if_not_exists(revoked_at, :at)"),
-			ConditionExpression:       aws.String("attribute_exists(pk)"),
-			ExpressionAttributeValues: item{":at": nv(n)},
-		})
-		return err
+	err = s.update(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.tables.Keys,
+		Key:                       keyOf("pk", keyByHashPrefix+h),
+		UpdateExpression:          aws.String("SET revoked_at = if_not_exists(revoked_at, :at)"),
+		ConditionExpression:       aws.String("attribute_exists(pk)"),
+		ExpressionAttributeValues: item{":at": nv(n)},
 	})
 	if failed, _ := conditionFailed(err); failed {
 		return store.ErrNotFound
@@ -144,15 +138,12 @@ func (s *Store) revokeKey(ctx context.Context, keyID string, at time.Time) error
 // consistent reads. The gateway caches the answer for KILN_CACHE_TTL, so neither is on the
 // request path while the cache is warm.
 func (s *Store) Authenticate(ctx context.Context, keyHash [32]byte) (store.Principal, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.tables.Keys, Key: hashKey(keyHash), ConsistentRead: aws.Bool(true)})
+	// The hash is a secret's digest: it is never put into an error.
+	it, err := s.get(ctx, &s.tables.Keys, hashKey(keyHash))
 	if err != nil {
 		return store.Principal{}, fmt.Errorf("authenticate: %w", err)
 	}
-	if out.Item == nil {
-		// The hash is a secret's digest: it is never put into an error.
-		return store.Principal{}, fmt.Errorf("authenticate: %w", store.ErrNotFound)
-	}
-	k, err := decodeKey(out.Item)
+	k, err := decodeKey(it)
 	if err != nil {
 		return store.Principal{}, fmt.Errorf("authenticate: %w", err)
 	}

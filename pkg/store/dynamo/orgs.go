@@ -2,6 +2,7 @@ package dynamo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -71,14 +72,11 @@ func (s *Store) Org(ctx context.Context, orgID string) (store.Org, error) {
 }
 
 func (s *Store) org(ctx context.Context, orgID string) (store.Org, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.tables.Orgs, Key: orgKey(orgID), ConsistentRead: aws.Bool(true)})
+	it, err := s.get(ctx, &s.tables.Orgs, orgKey(orgID))
 	if err != nil {
 		return store.Org{}, err
 	}
-	if out.Item == nil {
-		return store.Org{}, store.ErrNotFound
-	}
-	return decodeOrg(out.Item)
+	return decodeOrg(it)
 }
 
 // Orgs lists every organization, by ID. It scans the orgs table, which is fine for operators'
@@ -144,16 +142,13 @@ func (s *Store) SetMaxInFlight(ctx context.Context, orgID string, n int) error {
 // updateOrg applies an update expression to an existing organization's item; store.ErrNotFound
 // when there is none.
 func (s *Store) updateOrg(ctx context.Context, orgID, expr string, names map[string]string, values item) error {
-	err := write(ctx, func() error {
-		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 &s.tables.Orgs,
-			Key:                       orgKey(orgID),
-			UpdateExpression:          aws.String(expr),
-			ConditionExpression:       aws.String("attribute_exists(pk)"),
-			ExpressionAttributeNames:  names,
-			ExpressionAttributeValues: values,
-		})
-		return err
+	err := s.update(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.tables.Orgs,
+		Key:                       orgKey(orgID),
+		UpdateExpression:          aws.String(expr),
+		ConditionExpression:       aws.String("attribute_exists(pk)"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
 	})
 	if failed, _ := conditionFailed(err); failed {
 		return store.ErrNotFound
@@ -163,18 +158,14 @@ func (s *Store) updateOrg(ctx context.Context, orgID, expr string, names map[str
 
 // Maintenance returns the maintenance window; off when none was ever set.
 func (s *Store) Maintenance(ctx context.Context) (store.Maintenance, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      &s.tables.Orgs,
-		Key:            keyOf("pk", pkSettings, "sk", skMaintenance),
-		ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
+	it, err := s.get(ctx, &s.tables.Orgs, keyOf("pk", pkSettings, "sk", skMaintenance))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.Maintenance{}, nil
+	case err != nil:
 		return store.Maintenance{}, fmt.Errorf("maintenance: %w", err)
 	}
-	if out.Item == nil {
-		return store.Maintenance{}, nil
-	}
-	d := decoder{it: out.Item}
+	d := decoder{it: it}
 	m := store.Maintenance{On: d.boolean("on"), Until: d.optTime("until")}
 	if d.err != nil {
 		return store.Maintenance{}, fmt.Errorf("maintenance: %w", d.err)

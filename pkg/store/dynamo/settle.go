@@ -243,18 +243,11 @@ func (s *Store) generation(ctx context.Context, orgID, generationID string) (usa
 	if orgID == "" || generationID == "" {
 		return usage.Event{}, store.ErrNotFound
 	}
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      &s.tables.Usage,
-		Key:            keyOf("org_id", orgID, "generation_id", generationID),
-		ConsistentRead: aws.Bool(true),
-	})
+	it, err := s.get(ctx, &s.tables.Usage, keyOf("org_id", orgID, "generation_id", generationID))
 	if err != nil {
 		return usage.Event{}, err
 	}
-	if out.Item == nil {
-		return usage.Event{}, store.ErrNotFound
-	}
-	return decodeEvent(out.Item)
+	return decodeEvent(it)
 }
 
 // Usage lists an organization's events started in [from, to), by start time then generation id,

@@ -92,10 +92,7 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
 	for range maxAdmitRounds {
-		err := write(ctx, func() error {
-			_, err := s.db.UpdateItem(ctx, in)
-			return err
-		})
+		err := s.update(ctx, in)
 		if err == nil {
 			return lease, nil
 		}
@@ -165,16 +162,13 @@ func (s *Store) purge(ctx context.Context, orgID string, expired []string, lease
 			freed += leases[holder].reserved
 		}
 		v[":freed"] = nv(freed)
-		err := write(ctx, func() error {
-			_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-				TableName:                 &s.tables.Orgs,
-				Key:                       orgKey(orgID),
-				UpdateExpression:          aws.String("REMOVE " + strings.Join(remove, ", ") + " SET available = available + :freed"),
-				ConditionExpression:       aws.String(strings.Join(cond, " AND ")),
-				ExpressionAttributeNames:  n,
-				ExpressionAttributeValues: v,
-			})
-			return err
+		err := s.update(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 &s.tables.Orgs,
+			Key:                       orgKey(orgID),
+			UpdateExpression:          aws.String("REMOVE " + strings.Join(remove, ", ") + " SET available = available + :freed"),
+			ConditionExpression:       aws.String(strings.Join(cond, " AND ")),
+			ExpressionAttributeNames:  n,
+			ExpressionAttributeValues: v,
 		})
 		if failed, _ := conditionFailed(err); failed {
 			return nil
@@ -192,24 +186,18 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) (bool, error) {
 	if lease.OrgID == "" || lease.HolderID == "" {
 		return false, nil
 	}
-	err := write(ctx, func() error {
-		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 &s.tables.Orgs,
-			Key:                       orgKey(lease.OrgID),
-			UpdateExpression:          aws.String("REMOVE leases.#holder SET available = available + :reserved"),
-			ConditionExpression:       aws.String("leases.#holder.r = :reserved"),
-			ExpressionAttributeNames:  names("#holder", lease.HolderID),
-			ExpressionAttributeValues: item{":reserved": nv(int64(lease.Reserved))},
-		})
-		return err
+	err := s.update(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.tables.Orgs,
+		Key:                       orgKey(lease.OrgID),
+		UpdateExpression:          aws.String("REMOVE leases.#holder SET available = available + :reserved"),
+		ConditionExpression:       aws.String("leases.#holder.r = :reserved"),
+		ExpressionAttributeNames:  names("#holder", lease.HolderID),
+		ExpressionAttributeValues: item{":reserved": nv(int64(lease.Reserved))},
 	})
 	if failed, _ := conditionFailed(err); failed {
 		return false, nil
 	}
-	if err != nil {
-		return false, fmt.Errorf("release %s of %s: %w", lease.HolderID, lease.OrgID, err)
-	}
-	return true, nil
+	return err == nil, store.Wrapf(err, "release %s of %s", lease.HolderID, lease.OrgID)
 }
 
 // Renew extends an unexpired lease to now+ttl (store.DefaultLeaseTTL when ttl is zero) with one
@@ -227,16 +215,13 @@ func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 	if err != nil {
 		return store.Lease{}, err
 	}
-	err = write(ctx, func() error {
-		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 &s.tables.Orgs,
-			Key:                       orgKey(lease.OrgID),
-			UpdateExpression:          aws.String("SET leases.#holder.e = :expires"),
-			ConditionExpression:       aws.String("leases.#holder.e > :now"),
-			ExpressionAttributeNames:  names("#holder", lease.HolderID),
-			ExpressionAttributeValues: item{":expires": nv(expires), ":now": nv(n)},
-		})
-		return err
+	err = s.update(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.tables.Orgs,
+		Key:                       orgKey(lease.OrgID),
+		UpdateExpression:          aws.String("SET leases.#holder.e = :expires"),
+		ConditionExpression:       aws.String("leases.#holder.e > :now"),
+		ExpressionAttributeNames:  names("#holder", lease.HolderID),
+		ExpressionAttributeValues: item{":expires": nv(expires), ":now": nv(n)},
 	})
 	if failed, _ := conditionFailed(err); failed {
 		return store.Lease{}, store.ErrLeaseLost
@@ -260,18 +245,11 @@ func (s *Store) inFlight(ctx context.Context, orgID string, now time.Time) ([]st
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      &s.tables.Orgs,
-		Key:            orgKey(orgID),
-		ConsistentRead: aws.Bool(true),
-	})
+	org, err := s.get(ctx, &s.tables.Orgs, orgKey(orgID))
 	if err != nil {
 		return nil, err
 	}
-	if out.Item == nil {
-		return nil, store.ErrNotFound
-	}
-	d := decoder{it: out.Item}
+	d := decoder{it: org}
 	leases := d.leaseMap("leases")
 	if d.err != nil {
 		return nil, d.err

@@ -18,32 +18,19 @@ func (s *Store) Fold(ctx context.Context, d usage.Delta) (bool, error) {
 		return false, err
 	}
 	err := s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		applied, err := s.fold(ctx, tx, d)
-		if err == nil && !applied {
-			return refuse(errApplied)
+		res, err := s.stmt(ctx, tx, s.st.foldMark).ExecContext(ctx, d.OrgID, d.GenerationID, d.Day)
+		if err != nil {
+			return err
 		}
-		return err
+		if n, _ := res.RowsAffected(); n == 0 {
+			return refuse(errApplied) // the marker is there already: nothing changed
+		}
+		return s.addToDay(ctx, tx, d)
 	})
 	if errors.Is(err, errApplied) {
 		return false, nil
 	}
 	return err == nil, store.Wrapf(err, "fold %s of %s", d.GenerationID, d.OrgID)
-}
-
-// fold is Fold inside a write: it reports applied false, having changed nothing, when d's marker
-// is already there.
-func (s *Store) fold(ctx context.Context, tx *sql.Tx, d usage.Delta) (applied bool, err error) {
-	res, err := s.stmt(ctx, tx, s.st.foldMark).ExecContext(ctx, d.OrgID, d.GenerationID, d.Day)
-	if err != nil {
-		return false, err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return false, nil
-	}
-	if err := s.addToDay(ctx, tx, d); err != nil {
-		return false, err
-	}
-	return true, nil
 }
 
 // addToDay adds an event's totals to its organization × day × model roll-up.

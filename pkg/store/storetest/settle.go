@@ -26,10 +26,7 @@ func testSettle(t *testing.T, s store.Store) {
 	admit(t, s, "org-a", "gen-2", at(2*time.Second))
 
 	wantGeneration(t, s, e)
-	entries, err := s.Ledger(ctx(t), "org-a")
-	if err != nil {
-		t.Fatalf("Ledger: %v", err)
-	}
+	entries := ledger(t, s, "org-a")
 	debit := store.LedgerEntry{ID: gen, OrgID: "org-a", Kind: store.EntryDebit, Amount: -e.Cost, At: at(2 * time.Second)}
 	if len(entries) != 2 || entries[0].ID != "initial" || !sameEntry(withoutNote(entries[1]), debit) {
 		t.Errorf("Ledger = %+v, want the initial top-up and %+v", entries, debit)
@@ -54,15 +51,11 @@ type snapshot struct {
 
 func snap(t *testing.T, s store.Store, orgID string) snapshot {
 	t.Helper()
-	ledger, err := s.Ledger(ctx(t), orgID)
-	if err != nil {
-		t.Fatalf("Ledger: %v", err)
-	}
 	events, err := s.Usage(ctx(t), orgID, at(-24*time.Hour), at(24*time.Hour))
 	if err != nil {
 		t.Fatalf("Usage: %v", err)
 	}
-	return snapshot{balance(t, s, orgID), ledger, events}
+	return snapshot{balance(t, s, orgID), ledger(t, s, orgID), events}
 }
 
 func (a snapshot) equal(b snapshot) bool {

@@ -177,15 +177,10 @@ func testLeaseExpiry(t *testing.T, s store.Store) {
 
 // RaceSlots hammers one organization with a limit of 3 from 32 goroutines, spread over the
 // given stores (which must share their data, as two processes on one database do), and checks
-// that no more than 3 requests ever held a slot at once. It is part of Run; call it directly with
-// several stores over the same data.
-func RaceSlots(t *testing.T, stores ...store.Store) {
-	RaceSlotsCycles(t, 0, stores...)
-}
-
-// RaceSlotsCycles is RaceSlots with cycles acquire/release cycles per goroutine (zero means 64,
-// 2048 in all), for stores behind servers too slow for the full race.
-func RaceSlotsCycles(t *testing.T, cycles int, stores ...store.Store) {
+// that no more than 3 requests ever held a slot at once. Each goroutine completes cycles
+// acquire/release cycles (zero means 64, 2048 in all; fewer suit stores behind slow servers). It
+// is part of Run; call it directly with several stores over the same data.
+func RaceSlots(t *testing.T, cycles int, stores ...store.Store) {
 	const (
 		goroutines = 32
 		limit      = 3

@@ -65,7 +65,7 @@ func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opt Optio
 		{"Usage", testUsage},
 		{"FoldAtSettlement", testFoldAtSettlement},
 		{"Aggregates", testAggregates},
-		{"SlotsRace", func(t *testing.T, s store.Store) { RaceSlotsCycles(t, opt.RaceCycles, s) }},
+		{"SlotsRace", func(t *testing.T, s store.Store) { RaceSlots(t, opt.RaceCycles, s) }},
 	} {
 		if !opt.FoldsAtSettlement && tc.name == "FoldAtSettlement" {
 			continue
