@@ -159,17 +159,11 @@ func testAuthenticate(t *testing.T, s store.Store) {
 	wantErr(t, "Authenticate of an unknown key", err, store.ErrNotFound)
 
 	// A suspended organization's key still authenticates: the caller decides what to answer.
-	if err := s.SetOrgStatus(ctx(t), "org-a", store.OrgSuspended); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetMaxInFlight(ctx(t), "org-a", 2); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.SetOrgStatus(ctx(t), "org-a", store.OrgSuspended))
+	must(t, s.SetMaxInFlight(ctx(t), "org-a", 2))
 	check("key a of a suspended org", ka.Hash, store.Principal{KeyID: ka.ID, OrgID: "org-a", OrgStatus: store.OrgSuspended, MaxInFlight: 2})
 
-	if err := s.RevokeKey(ctx(t), ka.ID, at(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.RevokeKey(ctx(t), ka.ID, at(time.Minute)))
 	_, err = s.Authenticate(ctx(t), ka.Hash)
 	wantErr(t, "Authenticate of a revoked key", err, store.ErrKeyRevoked)
 	check("key b after a's revocation", kb.Hash, store.Principal{KeyID: kb.ID, OrgID: "org-b", OrgStatus: store.OrgActive, MaxInFlight: 6})

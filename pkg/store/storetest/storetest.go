@@ -139,6 +139,14 @@ func wantBalance(t *testing.T, s store.Store, orgID string, want money.Amount) {
 	}
 }
 
+// must stops the test on an error of a call the test needs to go on.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // wantErr fails unless err matches target (errors.Is).
 func wantErr(t *testing.T, what string, err, target error) {
 	t.Helper()
