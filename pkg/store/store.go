@@ -9,7 +9,6 @@ package store
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/neocloud/kiln/pkg/money"
@@ -40,18 +39,6 @@ const (
 	OrgActive    OrgStatus = "active"
 	OrgSuspended OrgStatus = "suspended"
 )
-
-// CheckOrg refuses what no store keeps for an organization: a status other than active or
-// suspended, or an in-flight limit below 1.
-func CheckOrg(status OrgStatus, maxInFlight int) error {
-	if status != OrgActive && status != OrgSuspended {
-		return fmt.Errorf("unknown status %q", status)
-	}
-	if maxInFlight < 1 {
-		return fmt.Errorf("max in flight %d: must be at least 1", maxInFlight)
-	}
-	return nil
-}
 
 // Org is an organization: the unit of billing, limits and data isolation.
 type Org struct {

@@ -1,7 +1,6 @@
 package store
 
 import (
-	"errors"
 	"fmt"
 	"time"
 )
@@ -19,32 +18,51 @@ func UnixNanos(what string, t time.Time) (int64, error) {
 // FromUnixNanos is the UTC time of a count of Unix nanoseconds.
 func FromUnixNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
-// LeaseTTL returns ttl, or DefaultLeaseTTL when it is zero; a negative ttl is an error.
-func LeaseTTL(ttl time.Duration) (time.Duration, error) {
-	switch {
-	case ttl == 0:
-		return DefaultLeaseTTL, nil
-	case ttl < 0:
-		return 0, fmt.Errorf("lease ttl %v: negative", ttl)
+// OptUnixNanos is UnixNanos for a time that may be absent: the zero time is nil.
+func OptUnixNanos(what string, t time.Time) (*int64, error) {
+	if t.IsZero() {
+		return nil, nil
 	}
-	return ttl, nil
+	n, err := UnixNanos(what, t)
+	if err != nil {
+		return nil, err
+	}
+	return &n, nil
 }
 
-// Times checks an admission request and returns its time and the lease's expiry in Unix
-// nanoseconds.
-func (r AdmitRequest) Times() (now, expires int64, err error) {
-	if r.OrgID == "" || r.HolderID == "" {
-		return 0, 0, errors.New("empty organization or holder id")
+// FromOptUnixNanos is FromUnixNanos for a time that may be absent: nil is the zero time.
+func FromOptUnixNanos(n *int64) time.Time {
+	if n == nil {
+		return time.Time{}
 	}
-	ttl, err := LeaseTTL(r.TTL)
-	if err != nil {
+	return FromUnixNanos(*n)
+}
+
+// UnixNanosRange converts the bounds of a range of times, [from, to), to Unix nanoseconds.
+func UnixNanosRange(from, to time.Time) (f, t int64, err error) {
+	if f, err = UnixNanos("from", from); err != nil {
 		return 0, 0, err
 	}
-	if now, err = UnixNanos("now", r.Now); err != nil {
+	if t, err = UnixNanos("to", to); err != nil {
 		return 0, 0, err
 	}
-	if expires, err = UnixNanos("expiry", r.Now.Add(ttl)); err != nil {
+	return f, t, nil
+}
+
+// LeaseTimes returns now and the expiry of a lease taken or renewed at now for ttl
+// (DefaultLeaseTTL when zero; a negative ttl is an error), in Unix nanoseconds.
+func LeaseTimes(now time.Time, ttl time.Duration) (n, expires int64, err error) {
+	switch {
+	case ttl == 0:
+		ttl = DefaultLeaseTTL
+	case ttl < 0:
+		return 0, 0, fmt.Errorf("lease ttl %v: negative", ttl)
+	}
+	if n, err = UnixNanos("now", now); err != nil {
 		return 0, 0, err
 	}
-	return now, expires, nil
+	if expires, err = UnixNanos("expiry", now.Add(ttl)); err != nil {
+		return 0, 0, err
+	}
+	return n, expires, nil
 }

@@ -28,30 +28,16 @@ const (
 	markerPrefix = "gen#"
 )
 
-// Fold is one TransactWriteItems: the marker of the generation, put if absent, and an ADD of the
-// totals to the day × model and the month roll-up items (which ADD creates). A marker that
-// exists cancels the transaction, and nothing changes. Every number is an exact integer.
+// Fold is FoldBatch of one delta: one TransactWriteItems of the marker of the generation, put if
+// absent, and an ADD of the totals to the day × model and the month roll-up items (which ADD
+// creates). A marker that exists cancels the transaction, and nothing changes. Every number is an
+// exact integer.
 func (s *Store) Fold(ctx context.Context, d usage.Delta) (bool, error) {
-	if err := complete(d); err != nil {
+	applied, err := s.FoldBatch(ctx, []usage.Delta{d})
+	if err != nil {
 		return false, err
 	}
-	c, err := s.transact(ctx, func() []types.TransactWriteItem {
-		return []types.TransactWriteItem{
-			s.marker(d),
-			s.rollupAdd(d.OrgID, dayKey(d), d.Totals),
-			s.rollupAdd(d.OrgID, monthKey(d), d.Totals),
-		}
-	})
-	if err != nil {
-		return false, fmt.Errorf("fold %s of %s: %w", d.GenerationID, d.OrgID, err)
-	}
-	if c == nil {
-		return true, nil
-	}
-	if failed, _ := c.failed(0); failed {
-		return false, nil
-	}
-	return false, fmt.Errorf("fold %s of %s: transaction cancelled: %v", d.GenerationID, d.OrgID, c)
+	return applied[0], nil
 }
 
 // maxTransactItems is the most items one TransactWriteItems may hold.
@@ -97,7 +83,7 @@ func (s *Store) foldChunk(ctx context.Context, ds []usage.Delta) ([]bool, error)
 	n := 0
 	for ; n < len(ds); n++ {
 		d := ds[n]
-		if err := complete(d); err != nil {
+		if err := store.CheckDelta(d); err != nil {
 			if n == 0 {
 				return nil, err
 			}
@@ -181,14 +167,6 @@ func sumRollups(ds []usage.Delta, pending []int) ([]rollupRef, error) {
 	return refs, nil
 }
 
-// complete checks that a delta names everything its items are keyed by.
-func complete(d usage.Delta) error {
-	if d.OrgID == "" || d.GenerationID == "" || d.Day == "" || d.Month == "" {
-		return fmt.Errorf("fold %s of %s: incomplete delta", d.GenerationID, d.OrgID)
-	}
-	return nil
-}
-
 func dayKey(d usage.Delta) string   { return dayPrefix + d.Day + "#" + d.Model }
 func monthKey(d usage.Delta) string { return monthPrefix + d.Month }
 
@@ -250,30 +228,19 @@ func (s *Store) rollupAdd(orgID, sk string, t usage.Totals) types.TransactWriteI
 func (s *Store) DailyRollups(ctx context.Context, orgID, fromDay, toDay string) ([]usage.Rollup, error) {
 	// '$' sorts right after '#', so the upper bound covers every model of the last day.
 	rs, err := s.rollups(ctx, orgID, dayPrefix+fromDay, dayPrefix+toDay+"$")
-	if err != nil {
-		return nil, fmt.Errorf("daily roll-ups of %s: %w", orgID, err)
-	}
-	return rs, nil
+	return rs, store.Wrapf(err, "daily roll-ups of %s", orgID)
 }
 
 // MonthlyRollups queries the organization's partition for the month items from..to.
 func (s *Store) MonthlyRollups(ctx context.Context, orgID, fromMonth, toMonth string) ([]usage.Rollup, error) {
 	rs, err := s.rollups(ctx, orgID, monthPrefix+fromMonth, monthPrefix+toMonth)
-	if err != nil {
-		return nil, fmt.Errorf("monthly roll-ups of %s: %w", orgID, err)
-	}
-	return rs, nil
+	return rs, store.Wrapf(err, "monthly roll-ups of %s", orgID)
 }
 
 func (s *Store) rollups(ctx context.Context, orgID, from, to string) ([]usage.Rollup, error) {
 	var query *dynamodb.QueryInput
 	if from <= to {
-		query = &dynamodb.QueryInput{
-			TableName:                 &s.tables.Aggregates,
-			KeyConditionExpression:    aws.String("pk = :org AND sk BETWEEN :from AND :to"),
-			ExpressionAttributeValues: item{":org": sv(orgID), ":from": sv(from), ":to": sv(to)},
-			ConsistentRead:            aws.Bool(true),
-		}
+		query = s.rollupQuery(orgID, from, to)
 	}
 	return listOrg(ctx, s, orgID, query, func(it item) (usage.Rollup, error) {
 		d := decoder{it: it}
@@ -289,7 +256,18 @@ func (s *Store) rollups(ctx context.Context, orgID, from, to string) ([]usage.Ro
 		r.CompletionTokens = d.num("completion_tokens")
 		r.Cost = money.Amount(d.num("cost"))
 		return r, d.err
-	})
+	}, nil)
+}
+
+// rollupQuery is a strongly consistent Query of the organization's roll-up items from..to (sort
+// keys, both included).
+func (s *Store) rollupQuery(orgID, from, to string) *dynamodb.QueryInput {
+	return &dynamodb.QueryInput{
+		TableName:                 &s.tables.Aggregates,
+		KeyConditionExpression:    aws.String("pk = :org AND sk BETWEEN :from AND :to"),
+		ExpressionAttributeValues: item{":org": sv(orgID), ":from": sv(from), ":to": sv(to)},
+		ConsistentRead:            aws.Bool(true),
+	}
 }
 
 var _ store.Store = (*Store)(nil)

@@ -19,19 +19,21 @@ func nv(n int64) types.AttributeValue {
 }
 func bv(b bool) types.AttributeValue { return &types.AttributeValueMemberBOOL{Value: b} }
 func emptyMap() types.AttributeValue { return &types.AttributeValueMemberM{Value: item{}} }
-func keyOf(kv ...string) item        { return pairs(kv) }
-func names(kv ...string) map[string]string {
-	m := make(map[string]string, len(kv)/2)
+
+// keyOf is an item of string attributes: name, value, name, value...
+func keyOf(kv ...string) item {
+	m := make(item, len(kv)/2)
 	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = kv[i+1]
+		m[kv[i]] = sv(kv[i+1])
 	}
 	return m
 }
 
-func pairs(kv []string) item {
-	m := make(item, len(kv)/2)
+// names is an expression's attribute names: placeholder, name, placeholder, name...
+func names(kv ...string) map[string]string {
+	m := make(map[string]string, len(kv)/2)
 	for i := 0; i+1 < len(kv); i += 2 {
-		m[kv[i]] = sv(kv[i+1])
+		m[kv[i]] = kv[i+1]
 	}
 	return m
 }

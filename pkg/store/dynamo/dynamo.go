@@ -14,7 +14,6 @@ package dynamo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -133,5 +132,3 @@ func (s *Store) Client() *dynamodb.Client { return s.db }
 
 // Close releases nothing: the store holds no connections of its own beyond the SDK's pool.
 func (s *Store) Close() error { return nil }
-
-var errEmptyID = errors.New("empty id")

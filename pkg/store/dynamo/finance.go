@@ -20,34 +20,19 @@ import (
 // keys of the organization items (the table holds a few items per organization).
 func (s *Store) OrgIDs(ctx context.Context) ([]string, error) {
 	var ids []string
-	p := dynamodb.NewScanPaginator(s.db, &dynamodb.ScanInput{
-		TableName:                 &s.tables.Orgs,
-		FilterExpression:          aws.String("sk = :org"),
-		ProjectionExpression:      aws.String("pk"),
-		ExpressionAttributeValues: item{":org": sv(skOrg)},
+	err := s.scanOrgs(ctx, aws.String("pk"), func(it item) error {
+		if pk, ok := it["pk"].(*types.AttributeValueMemberS); ok {
+			ids = append(ids, pk.Value)
+		}
+		return nil
 	})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("list organizations: %w", err)
-		}
-		for _, it := range page.Items {
-			if pk, ok := it["pk"].(*types.AttributeValueMemberS); ok {
-				ids = append(ids, pk.Value)
-			}
-		}
-	}
-	return ids, nil
+	return ids, store.Wrapf(err, "list organizations")
 }
 
 // UsageItems hands fn the organization's usage items that started in [from, to), strongly
 // consistent, in the order of their generation ids (usageStarted).
 func (s *Store) UsageItems(ctx context.Context, orgID string, from, to time.Time, fn func(map[string]types.AttributeValue) error) error {
-	f, err := store.UnixNanos("from", from)
-	if err != nil {
-		return err
-	}
-	t, err := store.UnixNanos("to", to)
+	f, t, err := store.UnixNanosRange(from, to)
 	if err != nil {
 		return err
 	}
@@ -77,13 +62,8 @@ func (s *Store) DayRollupItems(ctx context.Context, orgID, fromDay, toDay string
 	if fromDay > toDay {
 		return nil
 	}
-	return s.queryItems(ctx, &dynamodb.QueryInput{
-		TableName:              &s.tables.Aggregates,
-		KeyConditionExpression: aws.String("pk = :org AND sk BETWEEN :from AND :to"),
-		// '$' sorts right after '#', so the upper bound covers every model of the last day.
-		ExpressionAttributeValues: item{":org": sv(orgID), ":from": sv(dayPrefix + fromDay), ":to": sv(dayPrefix + toDay + "$")},
-		ConsistentRead:            aws.Bool(true),
-	}, fn)
+	// '$' sorts right after '#', so the upper bound covers every model of the last day.
+	return s.queryItems(ctx, s.rollupQuery(orgID, dayPrefix+fromDay, dayPrefix+toDay+"$"), fn)
 }
 
 func (s *Store) queryItems(ctx context.Context, in *dynamodb.QueryInput, fn func(map[string]types.AttributeValue) error) error {

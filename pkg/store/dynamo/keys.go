@@ -1,10 +1,10 @@
 package dynamo
 
 import (
+	"cmp"
 	"context"
 	"encoding/hex"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -32,21 +32,22 @@ func keyIDKey(id string) item { return keyOf("pk", keyByIDPrefix+id) }
 // organization exists. ErrExists when the ID or the hash is taken, ErrNotFound when the
 // organization does not exist.
 func (s *Store) CreateKey(ctx context.Context, key store.Key) error {
-	if key.ID == "" {
-		return fmt.Errorf("create key: %w", errEmptyID)
+	return store.Wrapf(s.createKey(ctx, key), "create key %s", key.ID)
+}
+
+func (s *Store) createKey(ctx context.Context, key store.Key) error {
+	if err := store.CheckNewKey(key); err != nil {
+		return err
 	}
-	if key.RevokedAt != nil {
-		return fmt.Errorf("create key %s: a new key cannot be revoked", key.ID)
+	created, err := store.OptUnixNanos("created_at", key.CreatedAt)
+	if err != nil {
+		return err
 	}
 	byHash := hashKey(key.Hash)
 	byHash["key_id"] = sv(key.ID)
 	byHash["org_id"] = sv(key.OrgID)
-	if !key.CreatedAt.IsZero() {
-		created, err := store.UnixNanos("created_at", key.CreatedAt)
-		if err != nil {
-			return fmt.Errorf("create key %s: %w", key.ID, err)
-		}
-		byHash["created_at"] = nv(created)
+	if created != nil {
+		byHash["created_at"] = nv(*created)
 	}
 	byID := keyIDKey(key.ID)
 	byID["key_hash"] = sv(hex.EncodeToString(key.Hash[:]))
@@ -59,13 +60,13 @@ func (s *Store) CreateKey(ctx context.Context, key store.Key) error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("create key %s: %w", key.ID, err)
+		return err
 	}
 	if c != nil {
 		if failed, _ := c.failed(0); failed {
-			return fmt.Errorf("create key %s: organization %s: %w", key.ID, key.OrgID, store.ErrNotFound)
+			return fmt.Errorf("organization %s: %w", key.OrgID, store.ErrNotFound)
 		}
-		return fmt.Errorf("create key %s: %w", key.ID, store.ErrExists)
+		return store.ErrExists
 	}
 	return nil
 }
@@ -94,26 +95,16 @@ func (s *Store) Keys(ctx context.Context, orgID string) ([]store.Key, error) {
 		IndexName:                 aws.String(KeysByOrgIndex),
 		KeyConditionExpression:    aws.String("org_id = :org"),
 		ExpressionAttributeValues: item{":org": sv(orgID)},
-	}, decodeKey)
-	if err != nil {
-		return nil, fmt.Errorf("keys of %s: %w", orgID, err)
-	}
-	slices.SortFunc(keys, func(a, b store.Key) int {
-		if c := a.CreatedAt.Compare(b.CreatedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
+	}, decodeKey, func(a, b store.Key) int {
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
 	})
-	return keys, nil
+	return keys, store.Wrapf(err, "keys of %s", orgID)
 }
 
 // RevokeKey revokes a key at the given time: it reads the key's claim for the hash, then sets
 // revoked_at on the key item unless it is set already (revoking again keeps the first time).
 func (s *Store) RevokeKey(ctx context.Context, keyID string, at time.Time) error {
-	if err := s.revokeKey(ctx, keyID, at); err != nil {
-		return fmt.Errorf("revoke key %s: %w", keyID, err)
-	}
-	return nil
+	return store.Wrapf(s.revokeKey(ctx, keyID, at), "revoke key %s", keyID)
 }
 
 func (s *Store) revokeKey(ctx context.Context, keyID string, at time.Time) error {
@@ -121,27 +112,21 @@ func (s *Store) revokeKey(ctx context.Context, keyID string, at time.Time) error
 	if err != nil {
 		return err
 	}
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.tables.Keys, Key: keyIDKey(keyID), ConsistentRead: aws.Bool(true)})
+	claim, err := s.get(ctx, &s.tables.Keys, keyIDKey(keyID))
 	if err != nil {
 		return err
 	}
-	if out.Item == nil {
-		return store.ErrNotFound
-	}
-	d := decoder{it: out.Item}
+	d := decoder{it: claim}
 	h := d.str("key_hash")
 	if d.err != nil {
 		return d.err
 	}
-	err = write(ctx, func() error {
-		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 &s.tables.Keys,
-			Key:                       keyOf("pk", keyByHashPrefix+h),
-			UpdateExpression:          aws.String("SET revoked_at = if_not_exists(revoked_at, :at)"),
-			ConditionExpression:       aws.String("attribute_exists(pk)"),
-			ExpressionAttributeValues: item{":at": nv(n)},
-		})
-		return err
+	err = s.update(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.tables.Keys,
+		Key:                       keyOf("pk", keyByHashPrefix+h),
+		UpdateExpression:          aws.String("SET revoked_at = if_not_exists(revoked_at, :at)"),
+		ConditionExpression:       aws.String("attribute_exists(pk)"),
+		ExpressionAttributeValues: item{":at": nv(n)},
 	})
 	if failed, _ := conditionFailed(err); failed {
 		return store.ErrNotFound
@@ -153,15 +138,12 @@ func (s *Store) revokeKey(ctx context.Context, keyID string, at time.Time) error
 // consistent reads. The gateway caches the answer for KILN_CACHE_TTL, so neither is on the
 // request path while the cache is warm.
 func (s *Store) Authenticate(ctx context.Context, keyHash [32]byte) (store.Principal, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.tables.Keys, Key: hashKey(keyHash), ConsistentRead: aws.Bool(true)})
+	// The hash is a secret's digest: it is never put into an error.
+	it, err := s.get(ctx, &s.tables.Keys, hashKey(keyHash))
 	if err != nil {
 		return store.Principal{}, fmt.Errorf("authenticate: %w", err)
 	}
-	if out.Item == nil {
-		// The hash is a secret's digest: it is never put into an error.
-		return store.Principal{}, fmt.Errorf("authenticate: %w", store.ErrNotFound)
-	}
-	k, err := decodeKey(out.Item)
+	k, err := decodeKey(it)
 	if err != nil {
 		return store.Principal{}, fmt.Errorf("authenticate: %w", err)
 	}

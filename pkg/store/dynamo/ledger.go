@@ -1,10 +1,9 @@
 package dynamo
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -38,14 +37,11 @@ func ledgerItem(e store.LedgerEntry, at int64) item {
 // the balance is changed on the condition that the organization exists. ErrNotFound for an
 // unknown organization, ErrExists for a taken ID (then nothing changes).
 func (s *Store) AddEntry(ctx context.Context, e store.LedgerEntry) error {
-	if err := s.addEntry(ctx, e); err != nil {
-		return fmt.Errorf("add entry %s to %s: %w", e.ID, e.OrgID, err)
-	}
-	return nil
+	return store.Wrapf(s.addEntry(ctx, e), "add entry %s to %s", e.ID, e.OrgID)
 }
 
 func (s *Store) addEntry(ctx context.Context, e store.LedgerEntry) error {
-	if err := checkEntry(e); err != nil {
+	if err := store.CheckEntry(e); err != nil {
 		return err
 	}
 	at, err := store.UnixNanos("at", e.At)
@@ -83,25 +79,6 @@ func (s *Store) addEntry(ctx context.Context, e store.LedgerEntry) error {
 	return nil
 }
 
-func checkEntry(e store.LedgerEntry) error {
-	if e.ID == "" || e.OrgID == "" {
-		return errEmptyID
-	}
-	switch e.Kind {
-	case store.EntryTopUp:
-		if e.Amount <= 0 {
-			return fmt.Errorf("a top-up of %s: must be positive", e.Amount)
-		}
-	case store.EntryAdjustment:
-		if e.Amount == 0 {
-			return errors.New("an adjustment of zero")
-		}
-	default:
-		return fmt.Errorf("kind %q: only top-ups and adjustments are added directly", e.Kind)
-	}
-	return nil
-}
-
 func decodeEntry(it item) (store.LedgerEntry, error) {
 	d := decoder{it: it}
 	e := store.LedgerEntry{
@@ -123,15 +100,8 @@ func (s *Store) Ledger(ctx context.Context, orgID string) ([]store.LedgerEntry, 
 		KeyConditionExpression:    aws.String("org_id = :org"),
 		ExpressionAttributeValues: item{":org": sv(orgID)},
 		ConsistentRead:            aws.Bool(true),
-	}, decodeEntry)
-	if err != nil {
-		return nil, fmt.Errorf("ledger of %s: %w", orgID, err)
-	}
-	slices.SortFunc(entries, func(a, b store.LedgerEntry) int {
-		if c := a.At.Compare(b.At); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ID, b.ID)
+	}, decodeEntry, func(a, b store.LedgerEntry) int {
+		return cmp.Or(a.At.Compare(b.At), strings.Compare(a.ID, b.ID))
 	})
-	return entries, nil
+	return entries, store.Wrapf(err, "ledger of %s", orgID)
 }

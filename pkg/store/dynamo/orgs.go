@@ -18,20 +18,17 @@ import (
 // ledger — and its empty lease map, in one conditional PutItem. A zero MaxInFlight means
 // store.DefaultMaxInFlight and an empty Status means active. ErrExists when the ID is taken.
 func (s *Store) CreateOrg(ctx context.Context, org store.Org) error {
-	if org.ID == "" {
-		return fmt.Errorf("create org: %w", errEmptyID)
+	return store.Wrapf(s.createOrg(ctx, org), "create org %s", org.ID)
+}
+
+func (s *Store) createOrg(ctx context.Context, org store.Org) error {
+	org, err := store.NewOrg(org)
+	if err != nil {
+		return err
 	}
-	if org.Balance != 0 {
-		return fmt.Errorf("create org %s: a new organization's balance is zero; add credits with a ledger entry", org.ID)
-	}
-	if org.MaxInFlight == 0 {
-		org.MaxInFlight = store.DefaultMaxInFlight
-	}
-	if org.Status == "" {
-		org.Status = store.OrgActive
-	}
-	if err := store.CheckOrg(org.Status, org.MaxInFlight); err != nil {
-		return fmt.Errorf("create org %s: %w", org.ID, err)
+	created, err := store.OptUnixNanos("created_at", org.CreatedAt)
+	if err != nil {
+		return err
 	}
 	orgItem := orgKey(org.ID)
 	orgItem["id"] = sv(org.ID)
@@ -39,26 +36,19 @@ func (s *Store) CreateOrg(ctx context.Context, org store.Org) error {
 	orgItem["status"] = sv(string(org.Status))
 	orgItem["max_in_flight"] = nv(int64(org.MaxInFlight))
 	orgItem["balance"] = nv(0)
-	if !org.CreatedAt.IsZero() {
-		created, err := store.UnixNanos("created_at", org.CreatedAt)
-		if err != nil {
-			return fmt.Errorf("create org %s: %w", org.ID, err)
-		}
-		orgItem["created_at"] = nv(created)
+	if created != nil {
+		orgItem["created_at"] = nv(*created)
 	}
 	orgItem["available"] = nv(0)
 	orgItem["leases"] = emptyMap()
-	err := write(ctx, func() error {
+	err = write(ctx, func() error {
 		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.tables.Orgs, Item: orgItem, ConditionExpression: aws.String("attribute_not_exists(pk)")})
 		return err
 	})
 	if failed, _ := conditionFailed(err); failed {
-		return fmt.Errorf("create org %s: %w", org.ID, store.ErrExists)
+		return store.ErrExists
 	}
-	if err != nil {
-		return fmt.Errorf("create org %s: %w", org.ID, err)
-	}
-	return nil
+	return err
 }
 
 func decodeOrg(it item) (store.Org, error) {
@@ -78,54 +68,55 @@ func decodeOrg(it item) (store.Org, error) {
 // Org returns one organization with its current balance, from a strongly consistent read.
 func (s *Store) Org(ctx context.Context, orgID string) (store.Org, error) {
 	o, err := s.org(ctx, orgID)
-	if err != nil {
-		return store.Org{}, fmt.Errorf("org %s: %w", orgID, err)
-	}
-	return o, nil
+	return o, store.Wrapf(err, "org %s", orgID)
 }
 
 func (s *Store) org(ctx context.Context, orgID string) (store.Org, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: &s.tables.Orgs, Key: orgKey(orgID), ConsistentRead: aws.Bool(true)})
+	it, err := s.get(ctx, &s.tables.Orgs, orgKey(orgID))
 	if err != nil {
 		return store.Org{}, err
 	}
-	if out.Item == nil {
-		return store.Org{}, store.ErrNotFound
-	}
-	return decodeOrg(out.Item)
-}
-
-// orgExists reports store.ErrNotFound when the organization does not exist.
-func (s *Store) orgExists(ctx context.Context, orgID string) error {
-	_, err := s.org(ctx, orgID)
-	return err
+	return decodeOrg(it)
 }
 
 // Orgs lists every organization, by ID. It scans the orgs table, which is fine for operators'
 // tooling and never used on the request path.
 func (s *Store) Orgs(ctx context.Context) ([]store.Org, error) {
 	var orgs []store.Org
+	err := s.scanOrgs(ctx, nil, func(it item) error {
+		o, err := decodeOrg(it)
+		orgs = append(orgs, o)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("orgs: %w", err)
+	}
+	slices.SortFunc(orgs, func(a, b store.Org) int { return strings.Compare(a.ID, b.ID) })
+	return orgs, nil
+}
+
+// scanOrgs hands fn every organization item, strongly consistent, with only the attributes
+// projection names when it is not nil.
+func (s *Store) scanOrgs(ctx context.Context, projection *string, fn func(item) error) error {
 	p := dynamodb.NewScanPaginator(s.db, &dynamodb.ScanInput{
 		TableName:                 &s.tables.Orgs,
 		FilterExpression:          aws.String("sk = :org"),
+		ProjectionExpression:      projection,
 		ExpressionAttributeValues: item{":org": sv(skOrg)},
 		ConsistentRead:            aws.Bool(true),
 	})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("orgs: %w", err)
+			return err
 		}
 		for _, it := range page.Items {
-			o, err := decodeOrg(it)
-			if err != nil {
-				return nil, fmt.Errorf("orgs: %w", err)
+			if err := fn(it); err != nil {
+				return err
 			}
-			orgs = append(orgs, o)
 		}
 	}
-	slices.SortFunc(orgs, func(a, b store.Org) int { return strings.Compare(a.ID, b.ID) })
-	return orgs, nil
+	return nil
 }
 
 // SetOrgStatus suspends or resumes an organization.
@@ -133,24 +124,8 @@ func (s *Store) SetOrgStatus(ctx context.Context, orgID string, status store.Org
 	if err := store.CheckOrg(status, 1); err != nil {
 		return fmt.Errorf("set status of %s: %w", orgID, err)
 	}
-	err := write(ctx, func() error {
-		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 &s.tables.Orgs,
-			Key:                       orgKey(orgID),
-			UpdateExpression:          aws.String("SET #status = :status"),
-			ConditionExpression:       aws.String("attribute_exists(pk)"),
-			ExpressionAttributeNames:  names("#status", "status"),
-			ExpressionAttributeValues: item{":status": sv(string(status))},
-		})
-		return err
-	})
-	if failed, _ := conditionFailed(err); failed {
-		err = store.ErrNotFound
-	}
-	if err != nil {
-		return fmt.Errorf("set status of %s: %w", orgID, err)
-	}
-	return nil
+	err := s.updateOrg(ctx, orgID, "SET #status = :status", names("#status", "status"), item{":status": sv(string(status))})
+	return store.Wrapf(err, "set status of %s", orgID)
 }
 
 // SetMaxInFlight sets an organization's in-flight limit on its org item, where admission compares
@@ -160,39 +135,37 @@ func (s *Store) SetMaxInFlight(ctx context.Context, orgID string, n int) error {
 	if err := store.CheckOrg(store.OrgActive, n); err != nil {
 		return fmt.Errorf("set limit of %s: %w", orgID, err)
 	}
-	err := write(ctx, func() error {
-		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 &s.tables.Orgs,
-			Key:                       orgKey(orgID),
-			UpdateExpression:          aws.String("SET max_in_flight = :n"),
-			ConditionExpression:       aws.String("attribute_exists(pk)"),
-			ExpressionAttributeValues: item{":n": nv(int64(n))},
-		})
-		return err
+	err := s.updateOrg(ctx, orgID, "SET max_in_flight = :n", nil, item{":n": nv(int64(n))})
+	return store.Wrapf(err, "set limit of %s", orgID)
+}
+
+// updateOrg applies an update expression to an existing organization's item; store.ErrNotFound
+// when there is none.
+func (s *Store) updateOrg(ctx context.Context, orgID, expr string, names map[string]string, values item) error {
+	err := s.update(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.tables.Orgs,
+		Key:                       orgKey(orgID),
+		UpdateExpression:          aws.String(expr),
+		ConditionExpression:       aws.String("attribute_exists(pk)"),
+		ExpressionAttributeNames:  names,
+		ExpressionAttributeValues: values,
 	})
 	if failed, _ := conditionFailed(err); failed {
-		return fmt.Errorf("set limit of %s: %w", orgID, store.ErrNotFound)
+		return store.ErrNotFound
 	}
-	if err != nil {
-		return fmt.Errorf("set limit of %s: %w", orgID, err)
-	}
-	return nil
+	return err
 }
 
 // Maintenance returns the maintenance window; off when none was ever set.
 func (s *Store) Maintenance(ctx context.Context) (store.Maintenance, error) {
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      &s.tables.Orgs,
-		Key:            keyOf("pk", pkSettings, "sk", skMaintenance),
-		ConsistentRead: aws.Bool(true),
-	})
-	if err != nil {
+	it, err := s.get(ctx, &s.tables.Orgs, keyOf("pk", pkSettings, "sk", skMaintenance))
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.Maintenance{}, nil
+	case err != nil:
 		return store.Maintenance{}, fmt.Errorf("maintenance: %w", err)
 	}
-	if out.Item == nil {
-		return store.Maintenance{}, nil
-	}
-	d := decoder{it: out.Item}
+	d := decoder{it: it}
 	m := store.Maintenance{On: d.boolean("on"), Until: d.optTime("until")}
 	if d.err != nil {
 		return store.Maintenance{}, fmt.Errorf("maintenance: %w", d.err)
@@ -204,57 +177,39 @@ func (s *Store) Maintenance(ctx context.Context) (store.Maintenance, error) {
 func (s *Store) SetMaintenance(ctx context.Context, m store.Maintenance) error {
 	it := keyOf("pk", pkSettings, "sk", skMaintenance)
 	it["on"] = bv(m.On)
-	if !m.Until.IsZero() {
-		until, err := store.UnixNanos("until", m.Until)
-		if err != nil {
-			return fmt.Errorf("set maintenance: %w", err)
-		}
-		it["until"] = nv(until)
-	}
-	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.tables.Orgs, Item: it}); err != nil {
+	until, err := store.OptUnixNanos("until", m.Until)
+	if err != nil {
 		return fmt.Errorf("set maintenance: %w", err)
 	}
-	return nil
+	if until != nil {
+		it["until"] = nv(*until)
+	}
+	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.tables.Orgs, Item: it})
+	return store.Wrapf(err, "set maintenance")
 }
 
-// listOrg runs a query of one organization's items page by page, decodes each item, and turns an
-// empty listing of an unknown organization into store.ErrNotFound (notFoundIfNoOrg). A nil query
-// is an empty range: nothing is read but the organization is still checked.
-func listOrg[T any](ctx context.Context, s *Store, orgID string, in *dynamodb.QueryInput, decode func(item) (T, error)) ([]T, error) {
+// listOrg runs a query of one organization's items page by page, decodes each item, orders them
+// by cmp (when not nil), and turns an empty listing of an unknown organization into
+// store.ErrNotFound, as the embedded store does, at the cost of one read only when the listing is
+// empty. A nil query is an empty range: nothing is read but the organization is still checked.
+func listOrg[T any](ctx context.Context, s *Store, orgID string, in *dynamodb.QueryInput, decode func(item) (T, error), cmp func(a, b T) int) ([]T, error) {
 	var out []T
 	if in != nil {
-		p := dynamodb.NewQueryPaginator(s.db, in)
-		for p.HasMorePages() {
-			page, err := p.NextPage(ctx)
-			if err != nil {
-				return nil, err
-			}
-			for _, it := range page.Items {
-				v, err := decode(it)
-				if err != nil {
-					return nil, err
-				}
-				out = append(out, v)
-			}
+		err := s.queryItems(ctx, in, func(it item) error {
+			v, err := decode(it)
+			out = append(out, v)
+			return err
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
-	if err := s.notFoundIfNoOrg(ctx, orgID, len(out)); err != nil {
+	if len(out) == 0 {
+		_, err := s.org(ctx, orgID)
 		return nil, err
 	}
+	if cmp != nil {
+		slices.SortStableFunc(out, cmp)
+	}
 	return out, nil
-}
-
-// notFoundIfNoOrg turns an empty listing of an unknown organization into store.ErrNotFound, as
-// the embedded store does, at the cost of one read only when the listing is empty.
-func (s *Store) notFoundIfNoOrg(ctx context.Context, orgID string, n int) error {
-	if n > 0 {
-		return nil
-	}
-	if err := s.orgExists(ctx, orgID); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
-			return store.ErrNotFound
-		}
-		return err
-	}
-	return nil
 }

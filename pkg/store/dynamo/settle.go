@@ -1,11 +1,10 @@
 package dynamo
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -36,31 +35,19 @@ import (
 // ClientRequestToken, such as moto, runs the transaction again), the failed condition's item shows
 // this call's own token and the settlement is reported as applied, not as a replay.
 func (s *Store) Settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
-	e := st.Event
 	res, err := s.settle(ctx, st)
-	if err != nil {
-		return store.SettleResult{}, fmt.Errorf("settle %s of %s: %w", e.GenerationID, e.OrgID, err)
-	}
-	return res, nil
+	return res, store.Wrapf(err, "settle %s of %s", st.Event.GenerationID, st.Event.OrgID)
 }
 
 // settleRounds bounds the tries of one settlement: with its lease, without it, and capped.
 const settleRounds = 3
 
 func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleResult, error) {
-	e := st.Event
-	switch {
-	case e.OrgID == "" || e.GenerationID == "":
-		return store.SettleResult{}, errors.New("event without organization or generation id")
-	case st.Lease.OrgID != "" && st.Lease.OrgID != e.OrgID:
-		return store.SettleResult{}, fmt.Errorf("lease of organization %s", st.Lease.OrgID)
-	case e.Cost < 0:
-		return store.SettleResult{}, fmt.Errorf("negative cost %s", e.Cost)
-	}
-	now, err := store.UnixNanos("now", st.Now)
+	now, err := st.Check()
 	if err != nil {
 		return store.SettleResult{}, err
 	}
+	e := st.Event
 	token := rand.Text()
 	cost, off := e.Cost, money.Amount(0)
 	held := st.Lease.HolderID != ""
@@ -249,46 +236,29 @@ func decodeEvent(it item) (usage.Event, error) {
 // consistent read keyed by both, so another organization's generation is simply not found.
 func (s *Store) Generation(ctx context.Context, orgID, generationID string) (usage.Event, error) {
 	e, err := s.generation(ctx, orgID, generationID)
-	if err != nil {
-		return usage.Event{}, fmt.Errorf("generation %s of %s: %w", generationID, orgID, err)
-	}
-	return e, nil
+	return e, store.Wrapf(err, "generation %s of %s", generationID, orgID)
 }
 
 func (s *Store) generation(ctx context.Context, orgID, generationID string) (usage.Event, error) {
 	if orgID == "" || generationID == "" {
 		return usage.Event{}, store.ErrNotFound
 	}
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      &s.tables.Usage,
-		Key:            keyOf("org_id", orgID, "generation_id", generationID),
-		ConsistentRead: aws.Bool(true),
-	})
+	it, err := s.get(ctx, &s.tables.Usage, keyOf("org_id", orgID, "generation_id", generationID))
 	if err != nil {
 		return usage.Event{}, err
 	}
-	if out.Item == nil {
-		return usage.Event{}, store.ErrNotFound
-	}
-	return decodeEvent(out.Item)
+	return decodeEvent(it)
 }
 
 // Usage lists an organization's events started in [from, to), by start time then generation id,
 // strongly consistent (usageStarted says how the table's key finds them).
 func (s *Store) Usage(ctx context.Context, orgID string, from, to time.Time) ([]usage.Event, error) {
 	events, err := s.usage(ctx, orgID, from, to)
-	if err != nil {
-		return nil, fmt.Errorf("usage of %s: %w", orgID, err)
-	}
-	return events, nil
+	return events, store.Wrapf(err, "usage of %s", orgID)
 }
 
 func (s *Store) usage(ctx context.Context, orgID string, from, to time.Time) ([]usage.Event, error) {
-	f, err := store.UnixNanos("from", from)
-	if err != nil {
-		return nil, err
-	}
-	t, err := store.UnixNanos("to", to)
+	f, t, err := store.UnixNanosRange(from, to)
 	if err != nil {
 		return nil, err
 	}
@@ -296,18 +266,10 @@ func (s *Store) usage(ctx context.Context, orgID string, from, to time.Time) ([]
 	if f < t {
 		query = s.usageStarted(orgID, f, t-1)
 	}
-	events, err := listOrg(ctx, s, orgID, query, decodeEvent)
-	if err != nil {
-		return nil, err
-	}
 	// The key orders by the millisecond of the start, then by the id's random part.
-	slices.SortStableFunc(events, func(a, b usage.Event) int {
-		if c := a.StartedAt.Compare(b.StartedAt); c != 0 {
-			return c
-		}
-		return strings.Compare(a.GenerationID, b.GenerationID)
+	return listOrg(ctx, s, orgID, query, decodeEvent, func(a, b usage.Event) int {
+		return cmp.Or(a.StartedAt.Compare(b.StartedAt), strings.Compare(a.GenerationID, b.GenerationID))
 	})
-	return events, nil
 }
 
 // usageStarted is a Query of the organization's usage items that started in [first, last], Unix

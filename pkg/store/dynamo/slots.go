@@ -68,19 +68,13 @@ const purgeBatch = 50
 // success. Another lease of the same holder is ErrExists.
 func (s *Store) Admit(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
 	lease, err := s.admit(ctx, req)
-	if err != nil {
-		return store.Lease{}, fmt.Errorf("admit %s: %w", req.OrgID, err)
-	}
-	return lease, nil
+	return lease, store.Wrapf(err, "admit %s", req.OrgID)
 }
 
 func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
 	now, expires, err := req.Times()
 	if err != nil {
 		return store.Lease{}, err
-	}
-	if req.Reserve < 0 {
-		return store.Lease{}, fmt.Errorf("negative reservation %s", req.Reserve)
 	}
 	reserve := int64(req.Reserve)
 	lease := store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires), Reserved: req.Reserve}
@@ -98,10 +92,7 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
 	for range maxAdmitRounds {
-		err := write(ctx, func() error {
-			_, err := s.db.UpdateItem(ctx, in)
-			return err
-		})
+		err := s.update(ctx, in)
 		if err == nil {
 			return lease, nil
 		}
@@ -130,7 +121,7 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 			return store.Lease{}, fmt.Errorf("holder %s: %w", req.HolderID, store.ErrExists)
 		}
 		var expired []string
-		held, freed := int64(0), int64(0)
+		held, freed := 0, int64(0)
 		for holder, l := range leases {
 			if l.expires > now {
 				held++
@@ -139,14 +130,10 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 				freed += l.reserved
 			}
 		}
-		switch {
-		case status != store.OrgActive:
-			return store.Lease{}, store.ErrSuspended
-		case !fits(available+freed, reserve):
-			return store.Lease{}, store.ErrInsufficientCredits
-		case held >= limit:
-			return store.Lease{}, store.ErrSlotsFull
-		case len(expired) == 0:
+		if err := store.Refusal(status, money.Amount(available+freed), req.Reserve, held, int(limit)); err != nil {
+			return store.Lease{}, err
+		}
+		if len(expired) == 0 {
 			return store.Lease{}, fmt.Errorf("org item refused a lease with %d of %d held, %d available and none expired", held, limit, available)
 		}
 		if err := s.purge(ctx, req.OrgID, expired, leases); err != nil {
@@ -155,10 +142,6 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 	}
 	return store.Lease{}, fmt.Errorf("leases of %s kept changing during %d rounds", req.OrgID, maxAdmitRounds)
 }
-
-// fits reports whether a reservation fits what is available: at least the reservation, and
-// always more than zero (a request is never admitted on an empty balance).
-func fits(available, reserve int64) bool { return available >= reserve && available > 0 }
 
 // purge removes expired leases from an organization's lease map and gives their reservations
 // back to what is available, each only if it still has the expiry it was seen with: a lease
@@ -179,16 +162,13 @@ func (s *Store) purge(ctx context.Context, orgID string, expired []string, lease
 			freed += leases[holder].reserved
 		}
 		v[":freed"] = nv(freed)
-		err := write(ctx, func() error {
-			_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-				TableName:                 &s.tables.Orgs,
-				Key:                       orgKey(orgID),
-				UpdateExpression:          aws.String("REMOVE " + strings.Join(remove, ", ") + " SET available = available + :freed"),
-				ConditionExpression:       aws.String(strings.Join(cond, " AND ")),
-				ExpressionAttributeNames:  n,
-				ExpressionAttributeValues: v,
-			})
-			return err
+		err := s.update(ctx, &dynamodb.UpdateItemInput{
+			TableName:                 &s.tables.Orgs,
+			Key:                       orgKey(orgID),
+			UpdateExpression:          aws.String("REMOVE " + strings.Join(remove, ", ") + " SET available = available + :freed"),
+			ConditionExpression:       aws.String(strings.Join(cond, " AND ")),
+			ExpressionAttributeNames:  n,
+			ExpressionAttributeValues: v,
 		})
 		if failed, _ := conditionFailed(err); failed {
 			return nil
@@ -206,62 +186,42 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) (bool, error) {
 	if lease.OrgID == "" || lease.HolderID == "" {
 		return false, nil
 	}
-	err := write(ctx, func() error {
-		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 &s.tables.Orgs,
-			Key:                       orgKey(lease.OrgID),
-			UpdateExpression:          aws.String("REMOVE leases.#holder SET available = available + :reserved"),
-			ConditionExpression:       aws.String("leases.#holder.r = :reserved"),
-			ExpressionAttributeNames:  names("#holder", lease.HolderID),
-			ExpressionAttributeValues: item{":reserved": nv(int64(lease.Reserved))},
-		})
-		return err
+	err := s.update(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.tables.Orgs,
+		Key:                       orgKey(lease.OrgID),
+		UpdateExpression:          aws.String("REMOVE leases.#holder SET available = available + :reserved"),
+		ConditionExpression:       aws.String("leases.#holder.r = :reserved"),
+		ExpressionAttributeNames:  names("#holder", lease.HolderID),
+		ExpressionAttributeValues: item{":reserved": nv(int64(lease.Reserved))},
 	})
 	if failed, _ := conditionFailed(err); failed {
 		return false, nil
 	}
-	if err != nil {
-		return false, fmt.Errorf("release %s of %s: %w", lease.HolderID, lease.OrgID, err)
-	}
-	return true, nil
+	return err == nil, store.Wrapf(err, "release %s of %s", lease.HolderID, lease.OrgID)
 }
 
 // Renew extends an unexpired lease to now+ttl (store.DefaultLeaseTTL when ttl is zero) with one
 // conditional UpdateItem; ErrLeaseLost when the lease was released or had expired by now.
 func (s *Store) Renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
 	renewed, err := s.renew(ctx, lease, now, ttl)
-	if err != nil {
-		return store.Lease{}, fmt.Errorf("renew %s of %s: %w", lease.HolderID, lease.OrgID, err)
-	}
-	return renewed, nil
+	return renewed, store.Wrapf(err, "renew %s of %s", lease.HolderID, lease.OrgID)
 }
 
 func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
 	if lease.OrgID == "" || lease.HolderID == "" {
 		return store.Lease{}, store.ErrLeaseLost
 	}
-	ttl, err := store.LeaseTTL(ttl)
+	n, expires, err := store.LeaseTimes(now, ttl)
 	if err != nil {
 		return store.Lease{}, err
 	}
-	n, err := store.UnixNanos("now", now)
-	if err != nil {
-		return store.Lease{}, err
-	}
-	expires, err := store.UnixNanos("expiry", now.Add(ttl))
-	if err != nil {
-		return store.Lease{}, err
-	}
-	err = write(ctx, func() error {
-		_, err := s.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-			TableName:                 &s.tables.Orgs,
-			Key:                       orgKey(lease.OrgID),
-			UpdateExpression:          aws.String("SET leases.#holder.e = :expires"),
-			ConditionExpression:       aws.String("leases.#holder.e > :now"),
-			ExpressionAttributeNames:  names("#holder", lease.HolderID),
-			ExpressionAttributeValues: item{":expires": nv(expires), ":now": nv(n)},
-		})
-		return err
+	err = s.update(ctx, &dynamodb.UpdateItemInput{
+		TableName:                 &s.tables.Orgs,
+		Key:                       orgKey(lease.OrgID),
+		UpdateExpression:          aws.String("SET leases.#holder.e = :expires"),
+		ConditionExpression:       aws.String("leases.#holder.e > :now"),
+		ExpressionAttributeNames:  names("#holder", lease.HolderID),
+		ExpressionAttributeValues: item{":expires": nv(expires), ":now": nv(n)},
 	})
 	if failed, _ := conditionFailed(err); failed {
 		return store.Lease{}, store.ErrLeaseLost
@@ -277,10 +237,7 @@ func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 // consistent read of its org item.
 func (s *Store) InFlight(ctx context.Context, orgID string, now time.Time) ([]store.Lease, error) {
 	leases, err := s.inFlight(ctx, orgID, now)
-	if err != nil {
-		return nil, fmt.Errorf("in flight of %s: %w", orgID, err)
-	}
-	return leases, nil
+	return leases, store.Wrapf(err, "in flight of %s", orgID)
 }
 
 func (s *Store) inFlight(ctx context.Context, orgID string, now time.Time) ([]store.Lease, error) {
@@ -288,18 +245,11 @@ func (s *Store) inFlight(ctx context.Context, orgID string, now time.Time) ([]st
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{
-		TableName:      &s.tables.Orgs,
-		Key:            orgKey(orgID),
-		ConsistentRead: aws.Bool(true),
-	})
+	org, err := s.get(ctx, &s.tables.Orgs, orgKey(orgID))
 	if err != nil {
 		return nil, err
 	}
-	if out.Item == nil {
-		return nil, store.ErrNotFound
-	}
-	d := decoder{it: out.Item}
+	d := decoder{it: org}
 	leases := d.leaseMap("leases")
 	if d.err != nil {
 		return nil, d.err

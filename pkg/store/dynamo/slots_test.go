@@ -54,7 +54,7 @@ func TestSlotsRaceFourClients(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 		})
-		storetest.RaceSlotsCycles(t, cyclesFor(srv).fourClients, clients...)
+		storetest.RaceSlots(t, cyclesFor(srv).fourClients, clients...)
 		close(done)
 		wg.Wait()
 		if watchErr != nil {

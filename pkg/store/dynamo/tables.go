@@ -9,6 +9,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/neocloud/kiln/pkg/store"
 )
 
 // TableDefinitions returns the CreateTable inputs of the store's tables, on-demand capacity.
@@ -112,10 +114,8 @@ func (s *Store) enableStream(ctx context.Context, table string, spec *types.Stre
 	if cur := out.Table.StreamSpecification; cur != nil && aws.ToBool(cur.StreamEnabled) {
 		return nil
 	}
-	if _, err := s.db.UpdateTable(ctx, &dynamodb.UpdateTableInput{TableName: &table, StreamSpecification: spec}); err != nil {
-		return fmt.Errorf("enable the stream of table %s: %w", table, err)
-	}
-	return nil
+	_, err = s.db.UpdateTable(ctx, &dynamodb.UpdateTableInput{TableName: &table, StreamSpecification: spec})
+	return store.Wrapf(err, "enable the stream of table %s", table)
 }
 
 // SetUpLocal prepares a local server's tables as template.yaml prepares AWS's: it creates those

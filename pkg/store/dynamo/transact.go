@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/neocloud/kiln/pkg/store"
 )
 
 // Cancellation reason codes that the store decides on.
@@ -112,6 +114,18 @@ func pause(ctx context.Context, try int) error {
 	}
 }
 
+// get reads one item, strongly consistent; store.ErrNotFound when there is none.
+func (s *Store) get(ctx context.Context, table *string, key item) (item, error) {
+	out, err := s.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: table, Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return nil, err
+	}
+	if out.Item == nil {
+		return nil, store.ErrNotFound
+	}
+	return out.Item, nil
+}
+
 // conditionFailed reports whether err is a single-item write's failed condition, with the item
 // as it was when the request asked for it.
 func conditionFailed(err error) (bool, item) {
@@ -135,6 +149,14 @@ func write(ctx context.Context, do func() error) error {
 			return err
 		}
 	}
+}
+
+// update runs one UpdateItem through write.
+func (s *Store) update(ctx context.Context, in *dynamodb.UpdateItemInput) error {
+	return write(ctx, func() error {
+		_, err := s.db.UpdateItem(ctx, in)
+		return err
+	})
 }
 
 // itemTooLarge reports whether err is DynamoDB refusing a write that would make an item larger

@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"errors"
-	"fmt"
 
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
@@ -15,39 +14,23 @@ import (
 // a marker already there changes nothing. A cost sum beyond an int64 of picodollars fails (SQLite
 // would turn it into a REAL, which the STRICT table refuses).
 func (s *Store) Fold(ctx context.Context, d usage.Delta) (bool, error) {
-	if d.OrgID == "" || d.GenerationID == "" || d.Day == "" || d.Month == "" {
-		return false, fmt.Errorf("fold %s of %s: incomplete delta", d.GenerationID, d.OrgID)
+	if err := store.CheckDelta(d); err != nil {
+		return false, err
 	}
 	err := s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		applied, err := s.fold(ctx, tx, d)
-		if err == nil && !applied {
-			return refuse(errApplied)
+		res, err := s.stmt(ctx, tx, s.st.foldMark).ExecContext(ctx, d.OrgID, d.GenerationID, d.Day)
+		if err != nil {
+			return err
 		}
-		return err
+		if n, _ := res.RowsAffected(); n == 0 {
+			return refuse(errApplied) // the marker is there already: nothing changed
+		}
+		return s.addToDay(ctx, tx, d)
 	})
 	if errors.Is(err, errApplied) {
 		return false, nil
 	}
-	if err != nil {
-		return false, fmt.Errorf("fold %s of %s: %w", d.GenerationID, d.OrgID, err)
-	}
-	return true, nil
-}
-
-// fold is Fold inside a write: it reports applied false, having changed nothing, when d's marker
-// is already there.
-func (s *Store) fold(ctx context.Context, tx *sql.Tx, d usage.Delta) (applied bool, err error) {
-	res, err := s.stmt(ctx, tx, s.st.foldMark).ExecContext(ctx, d.OrgID, d.GenerationID, d.Day)
-	if err != nil {
-		return false, err
-	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return false, nil
-	}
-	if err := s.addToDay(ctx, tx, d); err != nil {
-		return false, err
-	}
-	return true, nil
+	return err == nil, store.Wrapf(err, "fold %s of %s", d.GenerationID, d.OrgID)
 }
 
 // addToDay adds an event's totals to its organization × day × model roll-up.
@@ -64,10 +47,7 @@ func (s *Store) DailyRollups(ctx context.Context, orgID, fromDay, toDay string) 
 	rollups, err := s.rollups(ctx, orgID, `SELECT day, '', model, requests, prompt_tokens, cached_tokens,
 		completion_tokens, cost FROM rollup_days WHERE org_id = ? AND day BETWEEN ? AND ? ORDER BY day, model`,
 		fromDay, toDay)
-	if err != nil {
-		return nil, fmt.Errorf("daily roll-ups of %s: %w", orgID, err)
-	}
-	return rollups, nil
+	return rollups, store.Wrapf(err, "daily roll-ups of %s", orgID)
 }
 
 // MonthlyRollups lists an organization's month roll-ups for the months from..to, by month: the
@@ -77,26 +57,18 @@ func (s *Store) MonthlyRollups(ctx context.Context, orgID, fromMonth, toMonth st
 		sum(prompt_tokens), sum(cached_tokens), sum(completion_tokens), sum(cost) FROM rollup_days
 		WHERE org_id = ?1 AND day BETWEEN ?2 || '-01' AND ?3 || '-31' GROUP BY month ORDER BY month`,
 		fromMonth, toMonth)
-	if err != nil {
-		return nil, fmt.Errorf("monthly roll-ups of %s: %w", orgID, err)
-	}
-	return rollups, nil
+	return rollups, store.Wrapf(err, "monthly roll-ups of %s", orgID)
 }
 
 func (s *Store) rollups(ctx context.Context, orgID, query, from, to string) ([]usage.Rollup, error) {
-	var out []usage.Rollup
-	err := s.list(ctx, orgID, func(rows *sql.Rows) error {
+	return listOrg(ctx, s, orgID, func(row scanner) (usage.Rollup, error) {
 		r := usage.Rollup{OrgID: orgID}
 		var cost int64
-		if err := rows.Scan(&r.Day, &r.Month, &r.Model, &r.Requests, &r.PromptTokens, &r.CachedTokens,
-			&r.CompletionTokens, &cost); err != nil {
-			return err
-		}
+		err := row.Scan(&r.Day, &r.Month, &r.Model, &r.Requests, &r.PromptTokens, &r.CachedTokens,
+			&r.CompletionTokens, &cost)
 		r.Cost = money.Amount(cost)
-		out = append(out, r)
-		return nil
+		return r, err
 	}, query, orgID, from, to)
-	return out, err
 }
 
 var _ store.Store = (*Store)(nil)

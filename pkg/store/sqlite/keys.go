@@ -13,61 +13,44 @@ import (
 // CreateKey stores a key's ID and hash. ErrExists when either is taken, ErrNotFound when the
 // organization does not exist.
 func (s *Store) CreateKey(ctx context.Context, key store.Key) error {
-	if key.ID == "" {
-		return errors.New("create key: empty id")
+	return store.Wrapf(s.createKey(ctx, key), "create key %s", key.ID)
+}
+
+func (s *Store) createKey(ctx context.Context, key store.Key) error {
+	if err := store.CheckNewKey(key); err != nil {
+		return err
 	}
-	if key.RevokedAt != nil {
-		return fmt.Errorf("create key %s: a new key cannot be revoked", key.ID)
-	}
-	created, err := optNanos("created_at", key.CreatedAt)
+	created, err := store.OptUnixNanos("created_at", key.CreatedAt)
 	if err != nil {
-		return fmt.Errorf("create key %s: %w", key.ID, err)
+		return err
 	}
-	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if err := orgExists(ctx, tx, key.OrgID); err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, `INSERT INTO keys (id, org_id, hash, created_at) VALUES (?, ?, ?, ?)
+		return exec(ctx, tx, store.ErrExists, `INSERT INTO keys (id, org_id, hash, created_at) VALUES (?, ?, ?, ?)
 			ON CONFLICT DO NOTHING`, key.ID, key.OrgID, key.Hash[:], created)
-		if err != nil {
-			return err
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return store.ErrExists
-		}
-		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("create key %s: %w", key.ID, err)
-	}
-	return nil
 }
 
 // Keys lists an organization's keys, oldest first.
 func (s *Store) Keys(ctx context.Context, orgID string) ([]store.Key, error) {
-	var keys []store.Key
-	err := s.list(ctx, orgID, func(rows *sql.Rows) error {
+	keys, err := listOrg(ctx, s, orgID, func(row scanner) (store.Key, error) {
 		var (
 			k                store.Key
 			hash             []byte
-			created, revoked sql.NullInt64
+			created, revoked *int64
 		)
-		if err := rows.Scan(&k.ID, &k.OrgID, &hash, &created, &revoked); err != nil {
-			return err
-		}
+		err := row.Scan(&k.ID, &k.OrgID, &hash, &created, &revoked)
 		copy(k.Hash[:], hash)
-		k.CreatedAt = fromOptNanos(created)
-		if revoked.Valid {
-			t := store.FromUnixNanos(revoked.Int64)
+		k.CreatedAt = store.FromOptUnixNanos(created)
+		if revoked != nil {
+			t := store.FromUnixNanos(*revoked)
 			k.RevokedAt = &t
 		}
-		keys = append(keys, k)
-		return nil
+		return k, err
 	}, `SELECT id, org_id, hash, created_at, revoked_at FROM keys WHERE org_id = ? ORDER BY created_at, id`, orgID)
-	if err != nil {
-		return nil, fmt.Errorf("keys of %s: %w", orgID, err)
-	}
-	return keys, nil
+	return keys, store.Wrapf(err, "keys of %s", orgID)
 }
 
 // RevokeKey revokes a key at the given time. Revoking a revoked key keeps the first time.
@@ -76,8 +59,8 @@ func (s *Store) RevokeKey(ctx context.Context, keyID string, at time.Time) error
 	if err != nil {
 		return fmt.Errorf("revoke key %s: %w", keyID, err)
 	}
-	return s.update(ctx, "revoke key "+keyID,
-		`UPDATE keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?`, n, keyID)
+	err = s.update(ctx, store.ErrNotFound, `UPDATE keys SET revoked_at = coalesce(revoked_at, ?) WHERE id = ?`, n, keyID)
+	return store.Wrapf(err, "revoke key %s", keyID)
 }
 
 // Authenticate finds the key with this SHA-256 hash and its organization.

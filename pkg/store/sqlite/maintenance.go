@@ -13,7 +13,7 @@ import (
 func (s *Store) Maintenance(ctx context.Context) (store.Maintenance, error) {
 	var (
 		m     store.Maintenance
-		until sql.NullInt64
+		until *int64
 	)
 	err := s.st.maintenance.QueryRowContext(ctx).Scan(&m.On, &until)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -22,23 +22,17 @@ func (s *Store) Maintenance(ctx context.Context) (store.Maintenance, error) {
 	if err != nil {
 		return store.Maintenance{}, fmt.Errorf("maintenance: %w", err)
 	}
-	m.Until = fromOptNanos(until)
+	m.Until = store.FromOptUnixNanos(until)
 	return m, nil
 }
 
 // SetMaintenance replaces the maintenance window.
 func (s *Store) SetMaintenance(ctx context.Context, m store.Maintenance) error {
-	until, err := optNanos("until", m.Until)
+	until, err := store.OptUnixNanos("until", m.Until)
 	if err != nil {
 		return fmt.Errorf("set maintenance: %w", err)
 	}
-	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO maintenance (id, on_, until) VALUES (1, ?, ?)
-			ON CONFLICT (id) DO UPDATE SET on_ = excluded.on_, until = excluded.until`, m.On, until)
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("set maintenance: %w", err)
-	}
-	return nil
+	err = s.update(ctx, nil, `INSERT INTO maintenance (id, on_, until) VALUES (1, ?, ?)
+		ON CONFLICT (id) DO UPDATE SET on_ = excluded.on_, until = excluded.until`, m.On, until)
+	return store.Wrapf(err, "set maintenance")
 }

@@ -14,72 +14,52 @@ import (
 // A zero MaxInFlight means store.DefaultMaxInFlight and an empty Status means active.
 func (s *Store) CreateOrg(ctx context.Context, org store.Org) error {
 	defer s.orgChanged(org.ID)
-	if org.ID == "" {
-		return errors.New("create org: empty id")
-	}
-	if org.Balance != 0 {
-		return fmt.Errorf("create org %s: a new organization's balance is zero; add credits with a ledger entry", org.ID)
-	}
-	if org.MaxInFlight == 0 {
-		org.MaxInFlight = store.DefaultMaxInFlight
-	}
-	if org.Status == "" {
-		org.Status = store.OrgActive
-	}
-	if err := store.CheckOrg(org.Status, org.MaxInFlight); err != nil {
-		return fmt.Errorf("create org %s: %w", org.ID, err)
-	}
-	created, err := optNanos("created_at", org.CreatedAt)
+	return store.Wrapf(s.createOrg(ctx, org), "create org %s", org.ID)
+}
+
+func (s *Store) createOrg(ctx context.Context, org store.Org) error {
+	org, err := store.NewOrg(org)
 	if err != nil {
-		return fmt.Errorf("create org %s: %w", org.ID, err)
-	}
-	var res sql.Result
-	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		res, err = tx.ExecContext(ctx, `INSERT INTO orgs (id, name, status, max_in_flight, balance, created_at)
-			VALUES (?, ?, ?, ?, 0, ?) ON CONFLICT DO NOTHING`,
-			org.ID, org.Name, string(org.Status), org.MaxInFlight, created)
 		return err
-	})
+	}
+	created, err := store.OptUnixNanos("created_at", org.CreatedAt)
 	if err != nil {
-		return fmt.Errorf("create org %s: %w", org.ID, err)
+		return err
 	}
-	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("create org %s: %w", org.ID, store.ErrExists)
-	}
-	return nil
+	return s.update(ctx, store.ErrExists, `INSERT INTO orgs (id, name, status, max_in_flight, balance, created_at)
+		VALUES (?, ?, ?, ?, 0, ?) ON CONFLICT DO NOTHING`, org.ID, org.Name, string(org.Status), org.MaxInFlight, created)
 }
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scanOrg(row scanner) (store.Org, error) {
+// scanOrg reads an organization's row (orgColumns); a gateway's Store then tells the reservations
+// of its own slots, of which the table holds a copy up to mirrorEvery behind.
+func (s *Store) scanOrg(row scanner) (store.Org, error) {
 	var (
 		o        store.Org
 		status   string
 		balance  int64
 		reserved int64
-		created  sql.NullInt64
+		created  *int64
 	)
 	if err := row.Scan(&o.ID, &o.Name, &status, &o.MaxInFlight, &balance, &created, &reserved); err != nil {
 		return store.Org{}, err
 	}
-	o.Status, o.Balance, o.CreatedAt = store.OrgStatus(status), money.Amount(balance), fromOptNanos(created)
+	o.Status, o.Balance, o.CreatedAt = store.OrgStatus(status), money.Amount(balance), store.FromOptUnixNanos(created)
 	o.Reserved = money.Amount(reserved)
+	if s.slots != nil {
+		o.Reserved = s.slots.reserved(o.ID)
+	}
 	return o, nil
 }
 
 // Org returns one organization with its current balance.
 func (s *Store) Org(ctx context.Context, orgID string) (store.Org, error) {
-	o, err := scanOrg(s.st.org.QueryRowContext(ctx, orgID))
+	o, err := s.scanOrg(s.st.org.QueryRowContext(ctx, orgID))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
-	if err != nil {
-		return store.Org{}, fmt.Errorf("org %s: %w", orgID, err)
-	}
-	if s.slots != nil {
-		o.Reserved = s.slots.reserved(orgID) // the table holds a copy up to mirrorEvery behind
-	}
-	return o, nil
+	return o, store.Wrapf(err, "org %s", orgID)
 }
 
 // Orgs lists every organization, by ID.
@@ -88,22 +68,8 @@ func (s *Store) Orgs(ctx context.Context) ([]store.Org, error) {
 	if err != nil {
 		return nil, fmt.Errorf("orgs: %w", err)
 	}
-	defer rows.Close()
-	var orgs []store.Org
-	for rows.Next() {
-		o, err := scanOrg(rows)
-		if err != nil {
-			return nil, fmt.Errorf("orgs: %w", err)
-		}
-		if s.slots != nil {
-			o.Reserved = s.slots.reserved(o.ID)
-		}
-		orgs = append(orgs, o)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("orgs: %w", err)
-	}
-	return orgs, nil
+	orgs, err := scanAll(rows, s.scanOrg)
+	return orgs, store.Wrapf(err, "orgs")
 }
 
 // SetOrgStatus suspends or resumes an organization.
@@ -112,7 +78,8 @@ func (s *Store) SetOrgStatus(ctx context.Context, orgID string, status store.Org
 	if err := store.CheckOrg(status, 1); err != nil {
 		return fmt.Errorf("set status of %s: %w", orgID, err)
 	}
-	return s.update(ctx, "set status of "+orgID, `UPDATE orgs SET status = ? WHERE id = ?`, string(status), orgID)
+	err := s.update(ctx, store.ErrNotFound, `UPDATE orgs SET status = ? WHERE id = ?`, string(status), orgID)
+	return store.Wrapf(err, "set status of %s", orgID)
 }
 
 // SetMaxInFlight sets an organization's in-flight limit; holders above a lowered limit keep
@@ -122,7 +89,8 @@ func (s *Store) SetMaxInFlight(ctx context.Context, orgID string, n int) error {
 	if err := store.CheckOrg(store.OrgActive, n); err != nil {
 		return fmt.Errorf("set limit of %s: %w", orgID, err)
 	}
-	return s.update(ctx, "set limit of "+orgID, `UPDATE orgs SET max_in_flight = ? WHERE id = ?`, n, orgID)
+	err := s.update(ctx, store.ErrNotFound, `UPDATE orgs SET max_in_flight = ? WHERE id = ?`, n, orgID)
+	return store.Wrapf(err, "set limit of %s", orgID)
 }
 
 // orgChanged drops a gateway's Store's copy of an organization's row (memslots.go) after this
@@ -133,17 +101,22 @@ func (s *Store) orgChanged(orgID string) {
 	}
 }
 
-func (s *Store) update(ctx context.Context, op, query string, args ...any) error {
-	var res sql.Result
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
-		res, err = tx.ExecContext(ctx, query, args...)
-		return err
+// update runs one statement in a write of its own; none when it changes no row, which the
+// statement's own condition decided.
+func (s *Store) update(ctx context.Context, none error, query string, args ...any) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		return exec(ctx, tx, none, query, args...)
 	})
+}
+
+// exec runs one statement in tx; none when it changes no row.
+func exec(ctx context.Context, tx *sql.Tx, none error, query string, args ...any) error {
+	res, err := tx.ExecContext(ctx, query, args...)
 	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
+		return err
 	}
 	if n, _ := res.RowsAffected(); n == 0 {
-		return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+		return none
 	}
 	return nil
 }
@@ -158,26 +131,34 @@ func orgExists(ctx context.Context, tx *sql.Tx, orgID string) error {
 	return err
 }
 
-// list runs a query for one organization's rows in a read transaction, so that an unknown
-// organization is told apart from one with no rows.
-func (s *Store) list(ctx context.Context, orgID string, scan func(*sql.Rows) error, query string, args ...any) error {
+// listOrg runs a query for one organization's rows in a read transaction, so that an unknown
+// organization is told apart from one with no rows, and scans each row.
+func listOrg[T any](ctx context.Context, s *Store, orgID string, scan func(scanner) (T, error), query string, args ...any) ([]T, error) {
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer tx.Rollback()
 	if err := orgExists(ctx, tx, orgID); err != nil {
-		return err
+		return nil, err
 	}
 	rows, err := tx.QueryContext(ctx, query, args...)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return scanAll(rows, scan)
+}
+
+// scanAll scans every row of rows, then closes them.
+func scanAll[T any](rows *sql.Rows, scan func(scanner) (T, error)) ([]T, error) {
 	defer rows.Close()
+	var out []T
 	for rows.Next() {
-		if err := scan(rows); err != nil {
-			return err
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
 		}
+		out = append(out, v)
 	}
-	return rows.Err()
+	return out, rows.Err()
 }

@@ -43,15 +43,7 @@ func (s *Store) Settle(ctx context.Context, st store.Settlement) (store.SettleRe
 // is the debited cost afterwards.
 func (s *Store) settle(ctx context.Context, st *store.Settlement, off *money.Amount) (err error) {
 	e := &st.Event // the write below keeps st: a copy of the event would be kept too
-	switch {
-	case e.OrgID == "" || e.GenerationID == "":
-		return errors.New("event without organization or generation id")
-	case st.Lease.OrgID != "" && st.Lease.OrgID != e.OrgID:
-		return fmt.Errorf("lease of organization %s", st.Lease.OrgID)
-	case e.Cost < 0:
-		return fmt.Errorf("negative cost %s", e.Cost)
-	}
-	now, err := store.UnixNanos("now", st.Now)
+	now, err := st.Check()
 	if err != nil {
 		return err
 	}
@@ -157,16 +149,8 @@ func (s *Store) balanceToCap(ctx context.Context, orgID string) (int64, error) {
 	if s.orgs.kept(orgID) {
 		return 0, nil // begin uses the copy
 	}
-	var (
-		status  string
-		balance int64
-		limit   int
-	)
-	err := s.st.admitOrg.QueryRowContext(ctx, orgID).Scan(&status, &balance, &limit)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, store.ErrNotFound
-	}
-	return balance, err
+	r, err := s.readAdmitRow(ctx, orgID)
+	return r.balance, err
 }
 
 func scanEvent(row scanner) (usage.Event, error) {
@@ -191,39 +175,16 @@ func (s *Store) Generation(ctx context.Context, orgID, generationID string) (usa
 	if errors.Is(err, sql.ErrNoRows) {
 		err = store.ErrNotFound
 	}
-	if err != nil {
-		return usage.Event{}, fmt.Errorf("generation %s of %s: %w", generationID, orgID, err)
-	}
-	return e, nil
+	return e, store.Wrapf(err, "generation %s of %s", generationID, orgID)
 }
 
 // Usage lists an organization's events started in [from, to), by start time then generation id.
 func (s *Store) Usage(ctx context.Context, orgID string, from, to time.Time) ([]usage.Event, error) {
-	events, err := s.usage(ctx, orgID, from, to)
+	f, t, err := store.UnixNanosRange(from, to)
 	if err != nil {
 		return nil, fmt.Errorf("usage of %s: %w", orgID, err)
 	}
-	return events, nil
-}
-
-func (s *Store) usage(ctx context.Context, orgID string, from, to time.Time) ([]usage.Event, error) {
-	f, err := store.UnixNanos("from", from)
-	if err != nil {
-		return nil, err
-	}
-	t, err := store.UnixNanos("to", to)
-	if err != nil {
-		return nil, err
-	}
-	var events []usage.Event
-	err = s.list(ctx, orgID, func(rows *sql.Rows) error {
-		e, err := scanEvent(rows)
-		if err != nil {
-			return err
-		}
-		events = append(events, e)
-		return nil
-	}, `SELECT `+usageColumns+` FROM usage WHERE org_id = ? AND started_at >= ? AND started_at < ?
+	events, err := listOrg(ctx, s, orgID, scanEvent, `SELECT `+usageColumns+` FROM usage WHERE org_id = ? AND started_at >= ? AND started_at < ?
 		ORDER BY started_at, generation_id`, orgID, f, t)
-	return events, err
+	return events, store.Wrapf(err, "usage of %s", orgID)
 }

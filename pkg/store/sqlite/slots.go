@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 )
 
@@ -17,19 +18,13 @@ import (
 // A holder ID that already holds a slot is refused with ErrExists.
 func (s *Store) Admit(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
 	lease, err := s.admit(ctx, req)
-	if err != nil {
-		return store.Lease{}, fmt.Errorf("admit %s: %w", req.OrgID, err)
-	}
-	return lease, nil
+	return lease, store.Wrapf(err, "admit %s", req.OrgID)
 }
 
 func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease, error) {
 	now, expires, err := req.Times()
 	if err != nil {
 		return store.Lease{}, err
-	}
-	if req.Reserve < 0 {
-		return store.Lease{}, fmt.Errorf("negative reservation %s", req.Reserve)
 	}
 	if s.slots != nil {
 		return s.admitInMemory(ctx, req, now, expires)
@@ -50,10 +45,10 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 			return refuse(store.ErrNotFound)
 		case err != nil:
 			return err
-		case store.OrgStatus(status) != store.OrgActive:
-			return refuse(store.ErrSuspended)
-		case balance-reserved < int64(req.Reserve) || balance-reserved <= 0:
-			return refuse(store.ErrInsufficientCredits)
+		}
+		refusal := store.Refusal(store.OrgStatus(status), money.Amount(balance-reserved), req.Reserve, held, limit)
+		if refusal != nil && !errors.Is(refusal, store.ErrSlotsFull) {
+			return refuse(refusal)
 		}
 		if expired > 0 {
 			// Crashed holders' leases are deleted once seen, so that they do not pile up
@@ -62,8 +57,8 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 				return err
 			}
 		}
-		if held >= limit {
-			// Not an error for the writer, so that the purge above is kept.
+		if refusal != nil {
+			// Full slots are not an error for the writer, so that the purge above is kept.
 			full = true
 			return nil
 		}
@@ -91,15 +86,10 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 func (s *Store) admitInMemory(ctx context.Context, req store.AdmitRequest, now, expires int64) (store.Lease, error) {
 	org, version, ok := s.orgs.get(req.OrgID, time.Now())
 	if !ok {
-		var status string
-		err := s.st.admitOrg.QueryRowContext(ctx, req.OrgID).Scan(&status, &org.balance, &org.limit)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return store.Lease{}, store.ErrNotFound
-		case err != nil:
+		var err error
+		if org, err = s.readAdmitRow(ctx, req.OrgID); err != nil {
 			return store.Lease{}, err
 		}
-		org.status, org.read = store.OrgStatus(status), time.Now()
 		s.orgs.put(req.OrgID, org, version)
 	}
 	if org.status != store.OrgActive {
@@ -109,6 +99,21 @@ func (s *Store) admitInMemory(ctx context.Context, req store.AdmitRequest, now, 
 		return store.Lease{}, err
 	}
 	return store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: store.FromUnixNanos(expires), Reserved: req.Reserve}, nil
+}
+
+// readAdmitRow reads what admission reads of an organization; store.ErrNotFound when there is
+// none.
+func (s *Store) readAdmitRow(ctx context.Context, orgID string) (admitRow, error) {
+	var (
+		r      admitRow
+		status string
+	)
+	err := s.st.admitOrg.QueryRowContext(ctx, orgID).Scan(&status, &r.balance, &r.limit)
+	if errors.Is(err, sql.ErrNoRows) {
+		return admitRow{}, store.ErrNotFound
+	}
+	r.status, r.read = store.OrgStatus(status), time.Now()
+	return r, err
 }
 
 // Release removes a lease, and with it its reservation, if it is held.
@@ -132,22 +137,11 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) (bool, error) {
 // ErrLeaseLost when the lease was released or had expired by now.
 func (s *Store) Renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
 	renewed, err := s.renew(ctx, lease, now, ttl)
-	if err != nil {
-		return store.Lease{}, fmt.Errorf("renew %s of %s: %w", lease.HolderID, lease.OrgID, err)
-	}
-	return renewed, nil
+	return renewed, store.Wrapf(err, "renew %s of %s", lease.HolderID, lease.OrgID)
 }
 
 func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl time.Duration) (store.Lease, error) {
-	ttl, err := store.LeaseTTL(ttl)
-	if err != nil {
-		return store.Lease{}, err
-	}
-	n, err := store.UnixNanos("now", now)
-	if err != nil {
-		return store.Lease{}, err
-	}
-	expires, err := store.UnixNanos("expiry", now.Add(ttl))
+	n, expires, err := store.LeaseTimes(now, ttl)
 	if err != nil {
 		return store.Lease{}, err
 	}
@@ -185,19 +179,12 @@ func (s *Store) InFlight(ctx context.Context, orgID string, now time.Time) ([]st
 		}
 		return s.slots.inFlight(orgID, n), nil
 	}
-	var leases []store.Lease
-	err = s.list(ctx, orgID, func(rows *sql.Rows) error {
+	leases, err := listOrg(ctx, s, orgID, func(row scanner) (store.Lease, error) {
 		l := store.Lease{OrgID: orgID}
 		var expires int64
-		if err := rows.Scan(&l.HolderID, &expires); err != nil {
-			return err
-		}
+		err := row.Scan(&l.HolderID, &expires)
 		l.Expires = store.FromUnixNanos(expires)
-		leases = append(leases, l)
-		return nil
+		return l, err
 	}, `SELECT holder_id, expires_at FROM leases WHERE org_id = ? AND expires_at > ? ORDER BY holder_id`, orgID, n)
-	if err != nil {
-		return nil, fmt.Errorf("in flight of %s: %w", orgID, err)
-	}
-	return leases, nil
+	return leases, store.Wrapf(err, "in flight of %s", orgID)
 }

@@ -55,7 +55,7 @@ func TestTwoProcesses(t *testing.T) {
 	dir := t.TempDir()
 	a, b := open(t, dir), open(t, dir)
 	t.Cleanup(func() { a.Close(); b.Close() })
-	storetest.RaceSlots(t, a, b)
+	storetest.RaceSlots(t, 0, a, b)
 }
 
 func TestOpen(t *testing.T) {
@@ -589,12 +589,6 @@ func TestCloseTwice(t *testing.T) {
 }
 
 // settleCost settles a completed generation of cost, with no lease.
-func settleCost(t *testing.T, s *sqlite.Store, orgID, gen string, cost money.Amount, now time.Time) error {
-	_, err := s.Settle(t.Context(), store.Settlement{Now: now, Event: usage.Event{Version: usage.SchemaVersion,
-		GenerationID: gen, OrgID: orgID, Model: "m", Status: usage.StatusCompleted, Cost: cost, StartedAt: now}})
-	return err
-}
-
 // TestAdmitAfterSettleInOneBatch: without OwnSlots, admission reads the balance in the write
 // transaction; a settlement before it in the same batch, which frees the slot, has debited it too.
 func TestAdmitAfterSettleInOneBatch(t *testing.T) {

@@ -49,10 +49,7 @@ func testEntries(t *testing.T, s store.Store) {
 	wantErr(t, "AddEntry for an unknown org", err, store.ErrNotFound)
 	wantBalance(t, s, "org-a", mustParse(t, "7.500000000001"))
 
-	got, err := s.Ledger(ctx(t), "org-a")
-	if err != nil {
-		t.Fatalf("Ledger: %v", err)
-	}
+	got := ledger(t, s, "org-a")
 	if want := []store.LedgerEntry{topUp, adjust}; !slices.EqualFunc(got, want, sameEntry) {
 		t.Errorf("Ledger(org-a) = %+v, want %+v", got, want)
 	}
@@ -74,10 +71,7 @@ func testLedgerOrder(t *testing.T, s store.Store) {
 	l := admit(t, s, "org-a", "gen-1", at(2*time.Second))
 	settle(t, s, l, event("org-a", "gen-1", 2, at(2*time.Second)), at(2500*time.Millisecond))
 
-	entries, err := s.Ledger(ctx(t), "org-a")
-	if err != nil {
-		t.Fatalf("Ledger: %v", err)
-	}
+	entries := ledger(t, s, "org-a")
 	if got, want := entryIDs(entries), []string{"c", "b", "a", "d", "gen-1", "e"}; !slices.Equal(got, want) {
 		t.Errorf("Ledger order = %v, want %v (by time, then id)", got, want)
 	}
@@ -118,10 +112,7 @@ func testMoneyExact(t *testing.T, s store.Store) {
 		t.Fatalf("test amounts sum to %d; the test needs an odd sum above 2^53", want)
 	}
 	wantBalance(t, s, "org-a", want)
-	entries, err := s.Ledger(ctx(t), "org-a")
-	if err != nil {
-		t.Fatalf("Ledger: %v", err)
-	}
+	entries := ledger(t, s, "org-a")
 	var sum money.Amount
 	for _, e := range entries {
 		sum += e.Amount

@@ -83,17 +83,22 @@ func testOrgStatusAndLimit(t *testing.T, s store.Store) {
 
 func hash(key string) [32]byte { return sha256.Sum256([]byte(key)) }
 
+func createKeys(t *testing.T, s store.Store, keys ...store.Key) {
+	t.Helper()
+	for _, k := range keys {
+		if err := s.CreateKey(ctx(t), k); err != nil {
+			t.Fatalf("CreateKey(%s): %v", k.ID, err)
+		}
+	}
+}
+
 func testKeys(t *testing.T, s store.Store) {
 	createOrg(t, s, "org-a", 2, 0)
 	createOrg(t, s, "org-b", 2, 0)
 	k1 := store.Key{ID: "kiln-AAAAAAAA", OrgID: "org-a", Hash: hash("kiln-AAAAAAAA-secret-1"), CreatedAt: t0}
 	k2 := store.Key{ID: "kiln-BBBBBBBB", OrgID: "org-a", Hash: hash("kiln-BBBBBBBB-secret-2"), CreatedAt: at(time.Minute)}
 	k3 := store.Key{ID: "kiln-CCCCCCCC", OrgID: "org-b", Hash: hash("kiln-CCCCCCCC-secret-3"), CreatedAt: at(time.Second)}
-	for _, k := range []store.Key{k1, k2, k3} {
-		if err := s.CreateKey(ctx(t), k); err != nil {
-			t.Fatalf("CreateKey(%s): %v", k.ID, err)
-		}
-	}
+	createKeys(t, s, k1, k2, k3)
 	wantErr(t, "CreateKey with a taken ID", s.CreateKey(ctx(t),
 		store.Key{ID: k1.ID, OrgID: "org-b", Hash: hash("another"), CreatedAt: t0}), store.ErrExists)
 	wantErr(t, "CreateKey with a taken hash", s.CreateKey(ctx(t),
@@ -105,16 +110,8 @@ func testKeys(t *testing.T, s store.Store) {
 		t.Errorf("a key refused for an unknown organization authenticates: %v", err)
 	}
 
-	for org, want := range map[string][]store.Key{"org-a": {k1, k2}, "org-b": {k3}} {
-		got, err := s.Keys(ctx(t), org)
-		if err != nil {
-			t.Fatalf("Keys(%s): %v", org, err)
-		}
-		slices.SortFunc(got, func(a, b store.Key) int { return strings.Compare(a.ID, b.ID) })
-		if !slices.EqualFunc(got, want, sameKey) {
-			t.Errorf("Keys(%s) = %+v, want %+v", org, got, want)
-		}
-	}
+	wantKeys(t, s, "org-a", k1, k2)
+	wantKeys(t, s, "org-b", k3)
 
 	revoked := at(time.Hour)
 	if err := s.RevokeKey(ctx(t), k2.ID, revoked); err != nil {
@@ -126,13 +123,19 @@ func testKeys(t *testing.T, s store.Store) {
 	}
 	wantErr(t, "RevokeKey of an unknown key", s.RevokeKey(ctx(t), "kiln-ZZZZZZZZ", revoked), store.ErrNotFound)
 	k2.RevokedAt = &revoked
-	got, err := s.Keys(ctx(t), "org-a")
+	wantKeys(t, s, "org-a", k1, k2)
+}
+
+// wantKeys fails unless the organization's keys are want, in any order (want sorted by ID).
+func wantKeys(t *testing.T, s store.Store, orgID string, want ...store.Key) {
+	t.Helper()
+	got, err := s.Keys(ctx(t), orgID)
 	if err != nil {
-		t.Fatalf("Keys: %v", err)
+		t.Fatalf("Keys(%s): %v", orgID, err)
 	}
 	slices.SortFunc(got, func(a, b store.Key) int { return strings.Compare(a.ID, b.ID) })
-	if !slices.EqualFunc(got, []store.Key{k1, k2}, sameKey) {
-		t.Errorf("after revocation, Keys(org-a) = %+v, want %+v", got, []store.Key{k1, k2})
+	if !slices.EqualFunc(got, want, sameKey) {
+		t.Errorf("Keys(%s) = %+v, want %+v", orgID, got, want)
 	}
 }
 
@@ -141,11 +144,7 @@ func testAuthenticate(t *testing.T, s store.Store) {
 	createOrg(t, s, "org-b", 6, 0)
 	ka := store.Key{ID: "kiln-AAAAAAAA", OrgID: "org-a", Hash: hash("secret-a"), CreatedAt: t0}
 	kb := store.Key{ID: "kiln-BBBBBBBB", OrgID: "org-b", Hash: hash("secret-b"), CreatedAt: t0}
-	for _, k := range []store.Key{ka, kb} {
-		if err := s.CreateKey(ctx(t), k); err != nil {
-			t.Fatalf("CreateKey(%s): %v", k.ID, err)
-		}
-	}
+	createKeys(t, s, ka, kb)
 	check := func(what string, h [32]byte, want store.Principal) {
 		t.Helper()
 		got, err := s.Authenticate(ctx(t), h)
@@ -160,17 +159,11 @@ func testAuthenticate(t *testing.T, s store.Store) {
 	wantErr(t, "Authenticate of an unknown key", err, store.ErrNotFound)
 
 	// A suspended organization's key still authenticates: the caller decides what to answer.
-	if err := s.SetOrgStatus(ctx(t), "org-a", store.OrgSuspended); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.SetMaxInFlight(ctx(t), "org-a", 2); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.SetOrgStatus(ctx(t), "org-a", store.OrgSuspended))
+	must(t, s.SetMaxInFlight(ctx(t), "org-a", 2))
 	check("key a of a suspended org", ka.Hash, store.Principal{KeyID: ka.ID, OrgID: "org-a", OrgStatus: store.OrgSuspended, MaxInFlight: 2})
 
-	if err := s.RevokeKey(ctx(t), ka.ID, at(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.RevokeKey(ctx(t), ka.ID, at(time.Minute)))
 	_, err = s.Authenticate(ctx(t), ka.Hash)
 	wantErr(t, "Authenticate of a revoked key", err, store.ErrKeyRevoked)
 	check("key b after a's revocation", kb.Hash, store.Principal{KeyID: kb.ID, OrgID: "org-b", OrgStatus: store.OrgActive, MaxInFlight: 6})

@@ -38,11 +38,8 @@ func testReservations(t *testing.T, s store.Store) {
 		t.Errorf("lease reserves %s, want 60", l1.Reserved)
 	}
 	wantCredits(t, s, "org-a", 100, 60)
-	if _, err := admitReserving(t, s, "org-a", "gen-2", t0, 41); err == nil {
-		t.Error("Admit reserving 41 with 40 available succeeded")
-	} else {
-		wantErr(t, "Admit reserving 41 of 40", err, store.ErrInsufficientCredits)
-	}
+	_, err = admitReserving(t, s, "org-a", "gen-2", t0, 41)
+	wantErr(t, "Admit reserving 41 of 40", err, store.ErrInsufficientCredits)
 	l2, err := admitReserving(t, s, "org-a", "gen-2", t0, 40)
 	if err != nil {
 		t.Fatalf("Admit reserving exactly what is available: %v", err)
@@ -131,7 +128,7 @@ func ledger(t *testing.T, s store.Store, orgID string) []store.LedgerEntry {
 	t.Helper()
 	entries, err := s.Ledger(ctx(t), orgID)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("Ledger(%s): %v", orgID, err)
 	}
 	return entries
 }

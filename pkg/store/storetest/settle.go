@@ -25,14 +25,8 @@ func testSettle(t *testing.T, s store.Store) {
 	wantHolders(t, s, "org-a", at(2*time.Second))
 	admit(t, s, "org-a", "gen-2", at(2*time.Second))
 
-	got, err := s.Generation(ctx(t), "org-a", gen)
-	if err != nil || !sameEvent(got, e) {
-		t.Errorf("Generation = %+v, %v; want %+v", got, err, e)
-	}
-	entries, err := s.Ledger(ctx(t), "org-a")
-	if err != nil {
-		t.Fatalf("Ledger: %v", err)
-	}
+	wantGeneration(t, s, e)
+	entries := ledger(t, s, "org-a")
 	debit := store.LedgerEntry{ID: gen, OrgID: "org-a", Kind: store.EntryDebit, Amount: -e.Cost, At: at(2 * time.Second)}
 	if len(entries) != 2 || entries[0].ID != "initial" || !sameEntry(withoutNote(entries[1]), debit) {
 		t.Errorf("Ledger = %+v, want the initial top-up and %+v", entries, debit)
@@ -57,15 +51,11 @@ type snapshot struct {
 
 func snap(t *testing.T, s store.Store, orgID string) snapshot {
 	t.Helper()
-	ledger, err := s.Ledger(ctx(t), orgID)
-	if err != nil {
-		t.Fatalf("Ledger: %v", err)
-	}
 	events, err := s.Usage(ctx(t), orgID, at(-24*time.Hour), at(24*time.Hour))
 	if err != nil {
 		t.Fatalf("Usage: %v", err)
 	}
-	return snapshot{balance(t, s, orgID), ledger, events}
+	return snapshot{balance(t, s, orgID), ledger(t, s, orgID), events}
 }
 
 func (a snapshot) equal(b snapshot) bool {
@@ -93,9 +83,7 @@ func testSettleReplay(t *testing.T, s store.Store) {
 			t.Errorf("replay %d changed the store:\n got %+v\nwant %+v", i, after, before)
 		}
 	}
-	if got, err := s.Generation(ctx(t), "org-a", gen); err != nil || !sameEvent(got, e) {
-		t.Errorf("Generation after replays = %+v, %v; want %+v", got, err, e)
-	}
+	wantGeneration(t, s, e)
 	wantBalance(t, s, "org-a", money.Dollar-777)
 }
 
@@ -150,9 +138,7 @@ func testSettleExpiredLease(t *testing.T, s store.Store) {
 		t.Error("Settle of an expired lease reports AlreadyApplied")
 	}
 	wantBalance(t, s, "org-a", money.Dollar-500)
-	if got, err := s.Generation(ctx(t), "org-a", "gen-1"); err != nil || !sameEvent(got, e) {
-		t.Errorf("Generation = %+v, %v; want %+v", got, err, e)
-	}
+	wantGeneration(t, s, e)
 	// The late settlement releases nobody else's slot.
 	wantHolders(t, s, "org-a", at(90*time.Second), "gen-2")
 }
@@ -168,9 +154,7 @@ func testSettleZeroCost(t *testing.T, s store.Store) {
 	}
 	wantBalance(t, s, "org-a", money.Dollar)
 	wantHolders(t, s, "org-a", at(time.Second))
-	if got, err := s.Generation(ctx(t), "org-a", "gen-1"); err != nil || !sameEvent(got, e) {
-		t.Errorf("Generation = %+v, %v; want %+v", got, err, e)
-	}
+	wantGeneration(t, s, e)
 	if res := settle(t, s, lease, e, at(2*time.Second)); !res.AlreadyApplied {
 		t.Error("replay of a zero-cost settlement: AlreadyApplied = false")
 	}
@@ -183,9 +167,7 @@ func testGeneration(t *testing.T, s store.Store) {
 	e := event("org-a", "gen-1", 42, t0)
 	settle(t, s, lease, e, at(time.Second))
 
-	if got, err := s.Generation(ctx(t), "org-a", "gen-1"); err != nil || !sameEvent(got, e) {
-		t.Errorf("Generation = %+v, %v; want %+v", got, err, e)
-	}
+	wantGeneration(t, s, e)
 	_, err := s.Generation(ctx(t), "org-b", "gen-1")
 	wantErr(t, "Generation of another organization's id", err, store.ErrNotFound)
 	_, err = s.Generation(ctx(t), "org-a", "gen-unknown")

@@ -22,9 +22,7 @@ func testAdmitErrors(t *testing.T, s store.Store) {
 	addEntry(t, s, store.LedgerEntry{ID: "adj", OrgID: "org-negative", Kind: store.EntryAdjustment, Amount: -6, At: t0})
 	createOrg(t, s, "org-pico", 2, 1) // one picodollar is enough
 	createOrg(t, s, "org-suspended", 2, money.Dollar)
-	if err := s.SetOrgStatus(ctx(t), "org-suspended", store.OrgSuspended); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.SetOrgStatus(ctx(t), "org-suspended", store.OrgSuspended))
 	createOrg(t, s, "org-full", 2, money.Dollar)
 	admit(t, s, "org-full", "held-1", t0)
 	admit(t, s, "org-full", "held-2", t0)
@@ -63,18 +61,14 @@ func testAdmitPrecedence(t *testing.T, s store.Store) {
 	createOrg(t, s, "org-a", 1, 10)
 	held := admit(t, s, "org-a", "held", t0)
 	addEntry(t, s, store.LedgerEntry{ID: "drain", OrgID: "org-a", Kind: store.EntryAdjustment, Amount: -10, At: t0})
-	if err := s.SetOrgStatus(ctx(t), "org-a", store.OrgSuspended); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.SetOrgStatus(ctx(t), "org-a", store.OrgSuspended))
 	try := func(want error, why string) {
 		t.Helper()
 		_, err := s.Admit(ctx(t), store.AdmitRequest{OrgID: "org-a", HolderID: "gen-new", Now: at(time.Second)})
 		wantErr(t, "Admit "+why, err, want)
 	}
 	try(store.ErrSuspended, "suspended, no credits, slots full")
-	if err := s.SetOrgStatus(ctx(t), "org-a", store.OrgActive); err != nil {
-		t.Fatal(err)
-	}
+	must(t, s.SetOrgStatus(ctx(t), "org-a", store.OrgActive))
 	try(store.ErrInsufficientCredits, "active, no credits, slots full")
 	addEntry(t, s, store.LedgerEntry{ID: "refill", OrgID: "org-a", Kind: store.EntryTopUp, Amount: 10, At: t0})
 	try(store.ErrSlotsFull, "active, credits, slots full")
@@ -177,15 +171,10 @@ func testLeaseExpiry(t *testing.T, s store.Store) {
 
 // RaceSlots hammers one organization with a limit of 3 from 32 goroutines, spread over the
 // given stores (which must share their data, as two processes on one database do), and checks
-// that no more than 3 requests ever held a slot at once. It is part of Run; call it directly with
-// several stores over the same data.
-func RaceSlots(t *testing.T, stores ...store.Store) {
-	RaceSlotsCycles(t, 0, stores...)
-}
-
-// RaceSlotsCycles is RaceSlots with cycles acquire/release cycles per goroutine (zero means 64,
-// 2048 in all), for stores behind servers too slow for the full race.
-func RaceSlotsCycles(t *testing.T, cycles int, stores ...store.Store) {
+// that no more than 3 requests ever held a slot at once. Each goroutine completes cycles
+// acquire/release cycles (zero means 64, 2048 in all; fewer suit stores behind slow servers). It
+// is part of Run; call it directly with several stores over the same data.
+func RaceSlots(t *testing.T, cycles int, stores ...store.Store) {
 	const (
 		goroutines = 32
 		limit      = 3

@@ -45,12 +45,12 @@ type Server struct {
 	Name     string // "DynamoDB Local" or "moto"
 	Endpoint string // http://127.0.0.1:PORT
 
-	cmd     *exec.Cmd
-	stdin   io.Closer // DynamoDB Local's launcher stops when it closes
-	exited  chan struct{}
-	output  *tailBuffer
-	cleanup func()
-	stop    sync.Once
+	cmd    *exec.Cmd
+	stdin  io.Closer // DynamoDB Local's launcher stops when it closes
+	exited chan struct{}
+	output *tailBuffer
+	build  string // a directory to remove when the server stops
+	stop   sync.Once
 }
 
 // StartDynamoDBLocal compiles the loopback launcher and starts DynamoDB Local with an in-memory,
@@ -86,16 +86,16 @@ func StartDynamoDBLocal(ctx context.Context) (*Server, error) {
 	cmd := exec.Command(java, "-Djava.library.path="+filepath.Join(lib, "DynamoDBLocal_lib"),
 		"-cp", build+string(os.PathListSeparator)+classpath, "LoopbackLauncher",
 		"-inMemory", "-sharedDb", "-port", "0", "-disableTelemetry", "-exitWithStdin")
-	s := &Server{Name: "DynamoDB Local", cmd: cmd, output: &tailBuffer{}, cleanup: func() { os.RemoveAll(build) }}
+	s := &Server{Name: "DynamoDB Local", cmd: cmd, output: &tailBuffer{}, build: build}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		s.cleanup()
+		os.RemoveAll(build)
 		return nil, err
 	}
 	s.stdin = stdin
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		s.cleanup()
+		os.RemoveAll(build)
 		return nil, err
 	}
 	cmd.Stderr = s.output
@@ -201,9 +201,7 @@ func (s *Server) start() error {
 	// this process if this process dies first.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
-		if s.cleanup != nil {
-			s.cleanup()
-		}
+		os.RemoveAll(s.build)
 		return err
 	}
 	s.exited = make(chan struct{})
@@ -265,14 +263,9 @@ func (s *Server) Stop() {
 				<-s.exited
 			}
 		}
-		if s.cleanup != nil {
-			s.cleanup()
-		}
+		os.RemoveAll(s.build) // none for moto: RemoveAll("") does nothing
 	})
 }
-
-// Output returns the last part of what the server printed.
-func (s *Server) Output() string { return s.output.String() }
 
 var prefixes atomic.Int64
 
