@@ -18,9 +18,9 @@ func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error
 	if _, err := f.parse(args); err != nil {
 		return err
 	}
-	cfg, err := config.Load(c.getenv)
+	cfg, err := c.config()
 	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
+		return err
 	}
 	if cfg.Store != config.StoreDynamoDB {
 		return fmt.Errorf("KILN_STORE=%q: tables are created only for the DynamoDB store (KILN_STORE=dynamodb)", cfg.Store)

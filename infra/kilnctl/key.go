@@ -21,12 +21,9 @@ type createdKey struct {
 }
 
 func keyCreate(ctx context.Context, c *cli, f *flags, args []string) error {
-	orgID := f.String("org", "", "the organization's `ID` (required)")
+	orgID := f.org()
 	if _, err := f.parse(args); err != nil {
 		return err
-	}
-	if *orgID == "" {
-		return f.usageErr("--org is required")
 	}
 	st, o, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {
@@ -71,12 +68,9 @@ type keyView struct {
 }
 
 func keyList(ctx context.Context, c *cli, f *flags, args []string) error {
-	orgID := f.String("org", "", "the organization's `ID` (required)")
+	orgID := f.org()
 	if _, err := f.parse(args); err != nil {
 		return err
-	}
-	if *orgID == "" {
-		return f.usageErr("--org is required")
 	}
 	st, _, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {

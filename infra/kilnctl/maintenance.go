@@ -25,12 +25,9 @@ func viewMaintenance(m store.Maintenance, now time.Time) maintenanceView {
 }
 
 func maintenanceOn(ctx context.Context, c *cli, f *flags, args []string) error {
-	untilArg := f.String("until", "", "answer 503 until this `TIME`, RFC 3339 such as 2026-12-01T06:00:00Z (required)")
+	untilArg := f.required("until", "answer 503 until this `TIME`, RFC 3339 such as 2026-12-01T06:00:00Z (required)")
 	if _, err := f.parse(args); err != nil {
 		return err
-	}
-	if *untilArg == "" {
-		return f.usageErr("--until is required")
 	}
 	until, err := time.Parse(time.RFC3339Nano, *untilArg)
 	if err != nil {

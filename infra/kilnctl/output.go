@@ -31,11 +31,13 @@ func newTable(w io.Writer, header ...string) *table {
 
 func (t *table) row(cells ...string) {
 	for i, c := range cells {
-		// A tab or newline in a note would break the columns.
-		cells[i] = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(c)
+		cells[i] = oneLine(c) // a tab or newline in a note would break the columns
 	}
 	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
 }
+
+// oneLine keeps a value from breaking a text line.
+func oneLine(s string) string { return strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(s) }
 
 func (t *table) flush() error { return t.tw.Flush() }
 
