@@ -360,5 +360,11 @@ func (c *cli) storeAndOrg(ctx context.Context, orgID string) (store.Store, store
 	return st, o, err
 }
 
+// printf writes to stdout.
+func (c *cli) printf(format string, a ...any) error {
+	_, err := fmt.Fprintf(c.stdout, format, a...)
+	return err
+}
+
 // clock returns the current time in UTC; every stored and printed time is UTC.
 func (c *cli) clock() time.Time { return c.now().UTC() }

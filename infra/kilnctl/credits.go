@@ -83,8 +83,7 @@ func addEntry(ctx context.Context, c *cli, f *flags, args []string, kind store.E
 	if kind == store.EntryAdjustment {
 		verb = "adjusted by"
 	}
-	_, err = fmt.Fprintf(c.stdout, "%s %s USD (entry %s); balance of %s is %s USD\n", verb, usd(a), e.ID, o.ID, usd(o.Balance))
-	return err
+	return c.printf("%s %s USD (entry %s); balance of %s is %s USD\n", verb, usd(a), e.ID, o.ID, usd(o.Balance))
 }
 
 func creditsShow(ctx context.Context, c *cli, f *flags, args []string) error {

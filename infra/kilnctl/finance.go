@@ -104,8 +104,7 @@ func financeExport(ctx context.Context, c *cli, f *flags, args []string) error {
 	if err := tw.flush(); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(c.stdout, "\nkilnctl finance report --export %s --from DAY --to DAY\nkilnctl finance reconcile --export %s --from DAY --to DAY\n", location, location)
-	return err
+	return c.printf("\nkilnctl finance report --export %s --from DAY --to DAY\nkilnctl finance reconcile --export %s --from DAY --to DAY\n", location, location)
 }
 
 // days reads --from and --to: UTC days, --to included.

@@ -54,8 +54,7 @@ func keyCreate(ctx context.Context, c *cli, f *flags, args []string) error {
 		fmt.Fprintln(c.stderr, "kilnctl: "+onceWarning)
 		return writeJSON(c.stdout, out)
 	}
-	_, err = fmt.Fprintf(c.stdout, "API key %s for organization %s:\n\n    %s\n\n%s\n", out.ID, out.OrgID, out.Key, onceWarning)
-	return err
+	return c.printf("API key %s for organization %s:\n\n    %s\n\n%s\n", out.ID, out.OrgID, out.Key, onceWarning)
 }
 
 // keyView is a key as listed: never its hash.
@@ -134,9 +133,7 @@ func keyRevoke(ctx context.Context, c *cli, f *flags, args []string) error {
 		}{id, true})
 	}
 	if already {
-		_, err = fmt.Fprintf(c.stdout, "key %s was already revoked\n", id)
-		return err
+		return c.printf("key %s was already revoked\n", id)
 	}
-	_, err = fmt.Fprintf(c.stdout, "revoked key %s\n", id)
-	return err
+	return c.printf("revoked key %s\n", id)
 }

@@ -78,14 +78,11 @@ func (c *cli) printMaintenance(f *flags, m store.Maintenance, now time.Time) err
 	if *f.json {
 		return writeJSON(c.stdout, v)
 	}
-	var err error
 	switch {
 	case v.Active:
-		_, err = fmt.Fprintf(c.stdout, "maintenance on until %s: the gateway answers 503\n", v.Until.Format(time.RFC3339))
+		return c.printf("maintenance on until %s: the gateway answers 503\n", v.Until.Format(time.RFC3339))
 	case v.On:
-		_, err = fmt.Fprintf(c.stdout, "maintenance window ended at %s: the gateway serves requests\n", v.Until.Format(time.RFC3339))
-	default:
-		_, err = fmt.Fprintln(c.stdout, "maintenance off: the gateway serves requests")
+		return c.printf("maintenance window ended at %s: the gateway serves requests\n", v.Until.Format(time.RFC3339))
 	}
-	return err
+	return c.printf("maintenance off: the gateway serves requests\n")
 }

@@ -189,6 +189,5 @@ func (c *cli) listEvents(f *flags, events []usage.Event, asCSV bool) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(c.stdout, "%d requests, %s USD\n", sum.Requests, usd(sum.Cost))
-	return err
+	return c.printf("%d requests, %s USD\n", sum.Requests, usd(sum.Cost))
 }
