@@ -15,14 +15,6 @@ import (
 // totals is a roll-up of usage events. Cost is an exact sum.
 type totals = usage.Totals
 
-// addEvent adds one event to t.
-func addEvent(t *totals, e usage.Event) error {
-	if err := t.Add(usage.TotalsOf(e)); err != nil {
-		return fmt.Errorf("sum cost at generation %s: %w", e.GenerationID, err)
-	}
-	return nil
-}
-
 func cells(t totals) []string {
 	return []string{
 		strconv.FormatInt(t.Requests, 10),
@@ -179,8 +171,8 @@ func (c *cli) listEvents(f *flags, events []usage.Event, asCSV bool) error {
 	var sum totals
 	t := newTable(c.stdout, "STARTED", "GENERATION", "MODEL", "STATUS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
 	for _, e := range events {
-		if err := addEvent(&sum, e); err != nil {
-			return err
+		if err := sum.Add(usage.TotalsOf(e)); err != nil {
+			return fmt.Errorf("sum cost at generation %s: %w", e.GenerationID, err)
 		}
 		t.row(shortTime(e.StartedAt), e.GenerationID, orNone(e.Model), string(e.Status),
 			strconv.FormatInt(e.PromptTokens, 10), strconv.FormatInt(e.CachedTokens, 10),
