@@ -27,8 +27,8 @@ const (
 	metricRequests    = "ReconciledRequests"
 )
 
-// function is the aggregator's entry point: SQS batches and the sweep's schedule go to the ingest
-// handler; the reconciliation's schedule to reconcile.
+// function is the aggregator's entry point: SQS batches go to the ingest handler, the
+// reconciliation's schedule to reconcile.
 type function struct {
 	ingest *usage.Handler
 	tables finance.TableReader

@@ -9,7 +9,6 @@ import (
 	"strings"
 
 	"github.com/neocloud/kiln/pkg/catalog"
-	"github.com/neocloud/kiln/pkg/money"
 )
 
 // catalogDocs answers "kilnctl catalog docs": it renders the customers' Models page from a
@@ -173,7 +172,7 @@ func modelsPage(cat *catalog.Catalog, w pageWords) ([]byte, error) {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			m.ID, thousands(int64(m.ContextLength)), strings.Join(mods, ", "),
 			w.yesNo(m.ParallelToolCalls), w.yesNo(m.ForcedToolChoice), w.yesNo(m.IgnoreEOS),
-			price(m.Pricing.Input), price(m.Pricing.CachedInput), price(m.Pricing.Output))
+			usd(m.Pricing.Input), usd(m.Pricing.CachedInput), usd(m.Pricing.Output))
 	}
 	fmt.Fprintf(&b, "\n## %s\n\n", w.columnsTitle)
 	for _, c := range w.columns {
@@ -197,19 +196,10 @@ func modelsPage(cat *catalog.Catalog, w pageWords) ([]byte, error) {
 // 131,072.
 func thousands(n int64) string {
 	s := strconv.FormatInt(n, 10)
-	neg := strings.HasPrefix(s, "-")
-	s = strings.TrimPrefix(s, "-")
-	var b strings.Builder
-	for i, c := range s {
-		if i > 0 && (len(s)-i)%3 == 0 {
-			b.WriteByte(',')
-		}
-		b.WriteRune(c)
+	for i := len(s) - 3; i > 0 && s[i-1] != '-'; i -= 3 {
+		s = s[:i] + "," + s[i:]
 	}
-	if neg {
-		return "-" + b.String()
-	}
-	return b.String()
+	return s
 }
 
 func (w pageWords) yesNo(v bool) string {
@@ -218,6 +208,3 @@ func (w pageWords) yesNo(v bool) string {
 	}
 	return w.no
 }
-
-// price prints a per-million price with at least two decimals ("0.06", "0.0175"), never rounded.
-func price(a money.Amount) string { return a.Fixed(2) }

@@ -203,8 +203,9 @@ func (u *usageError) Error() string { return u.msg }
 // flags is a command's flag set with the flags every command has.
 type flags struct {
 	*flag.FlagSet
-	cmd  *command
-	json *bool
+	cmd    *command
+	json   *bool
+	needed []string // the flags parse requires, in the order they were declared
 }
 
 func newFlags(cmd *command) *flags {
@@ -217,8 +218,18 @@ func newFlags(cmd *command) *flags {
 	return f
 }
 
+// required declares a string flag that parse refuses to leave empty.
+func (f *flags) required(name, usage string) *string {
+	f.needed = append(f.needed, name)
+	return f.String(name, "", usage)
+}
+
+// org declares --org, the organization a command works on.
+func (f *flags) org() *string { return f.required("org", "the organization's `ID` (required)") }
+
 // parse reads flags and exactly the named positional arguments, in any order: the flag
 // package stops at the first non-flag, so parsing resumes after each positional argument.
+// Then every required flag must have a value.
 func (f *flags) parse(args []string, positional ...string) ([]string, error) {
 	var pos []string
 	for {
@@ -244,6 +255,11 @@ func (f *flags) parse(args []string, positional ...string) ([]string, error) {
 		return nil, f.usageErr("missing %s", strings.Join(positional[len(pos):], " "))
 	case len(pos) > len(positional):
 		return nil, f.usageErr("unexpected argument %q", pos[len(positional)])
+	}
+	for _, name := range f.needed {
+		if f.Lookup(name).Value.String() == "" {
+			return nil, f.usageErr("--%s is required", name)
+		}
 	}
 	return pos, nil
 }
@@ -276,9 +292,9 @@ func (c *cli) store(ctx context.Context) (store.Store, error) {
 	if c.st != nil {
 		return c.st, nil
 	}
-	cfg, err := config.Load(c.getenv)
+	cfg, err := c.config()
 	if err != nil {
-		return nil, fmt.Errorf("configuration: %w", err)
+		return nil, err
 	}
 	st, err := openStore(ctx, cfg, c.stderr, c.mayCreate)
 	if err != nil {
@@ -286,6 +302,15 @@ func (c *cli) store(ctx context.Context) (store.Store, error) {
 	}
 	c.st = st
 	return st, nil
+}
+
+// config reads kilnctl's configuration from its environment.
+func (c *cli) config() (config.Config, error) {
+	cfg, err := config.Load(c.getenv)
+	if err != nil {
+		return cfg, fmt.Errorf("configuration: %w", err)
+	}
+	return cfg, nil
 }
 
 // openStore opens the store cfg names, after writing which one it is to w.
@@ -333,6 +358,12 @@ func (c *cli) storeAndOrg(ctx context.Context, orgID string) (store.Store, store
 	}
 	o, err := c.org(ctx, st, orgID)
 	return st, o, err
+}
+
+// printf writes to stdout.
+func (c *cli) printf(format string, a ...any) error {
+	_, err := fmt.Fprintf(c.stdout, format, a...)
+	return err
 }
 
 // clock returns the current time in UTC; every stored and printed time is UTC.

@@ -26,21 +26,15 @@ type entryResult struct {
 }
 
 func addEntry(ctx context.Context, c *cli, f *flags, args []string, kind store.EntryKind) error {
-	orgID := f.String("org", "", "the organization's `ID` (required)")
+	orgID := f.org()
 	amountHelp, noteHelp := "the `AMOUNT` in USD, a positive plain decimal such as 10.00 (required)", "a `NOTE` for the ledger"
 	if kind == store.EntryAdjustment {
 		amountHelp, noteHelp = "the signed `AMOUNT` in USD, such as -1.50 (required)", "why the balance is corrected, as a `NOTE` (required)"
 	}
-	amount := f.String("usd", "", amountHelp)
+	amount := f.required("usd", amountHelp)
 	note := f.String("note", "", noteHelp)
 	if _, err := f.parse(args); err != nil {
 		return err
-	}
-	if *orgID == "" {
-		return f.usageErr("--org is required")
-	}
-	if *amount == "" {
-		return f.usageErr("--usd is required")
 	}
 	a, err := money.Parse(*amount)
 	if err != nil {
@@ -89,17 +83,13 @@ func addEntry(ctx context.Context, c *cli, f *flags, args []string, kind store.E
 	if kind == store.EntryAdjustment {
 		verb = "adjusted by"
 	}
-	_, err = fmt.Fprintf(c.stdout, "%s %s USD (entry %s); balance of %s is %s USD\n", verb, usd(a), e.ID, o.ID, usd(o.Balance))
-	return err
+	return c.printf("%s %s USD (entry %s); balance of %s is %s USD\n", verb, usd(a), e.ID, o.ID, usd(o.Balance))
 }
 
 func creditsShow(ctx context.Context, c *cli, f *flags, args []string) error {
-	orgID := f.String("org", "", "the organization's `ID` (required)")
+	orgID := f.org()
 	if _, err := f.parse(args); err != nil {
 		return err
-	}
-	if *orgID == "" {
-		return f.usageErr("--org is required")
 	}
 	_, o, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {
@@ -125,13 +115,10 @@ func creditsShow(ctx context.Context, c *cli, f *flags, args []string) error {
 }
 
 func creditsLedger(ctx context.Context, c *cli, f *flags, args []string) error {
-	orgID := f.String("org", "", "the organization's `ID` (required)")
+	orgID := f.org()
 	asCSV := f.Bool("csv", false, "print CSV: id,time,kind,amount,note")
 	if _, err := f.parse(args); err != nil {
 		return err
-	}
-	if *orgID == "" {
-		return f.usageErr("--org is required")
 	}
 	if *asCSV && *f.json {
 		return f.usageErr("--csv and --json exclude each other")

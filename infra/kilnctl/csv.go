@@ -9,18 +9,21 @@ import (
 // kilnctl writes goes through here.
 func writeCSV(w io.Writer, header []string, rows [][]string) error {
 	cw := csv.NewWriter(w)
-	record := make([]string, 0, len(header))
 	for _, row := range append([][]string{header}, rows...) {
-		record = record[:0]
-		for _, c := range row {
-			record = append(record, csvCell(c))
-		}
-		if err := cw.Write(record); err != nil {
+		if err := cw.Write(safeCells(row)); err != nil {
 			return err
 		}
 	}
 	cw.Flush()
 	return cw.Error()
+}
+
+// safeCells applies csvCell to every cell, in place.
+func safeCells(cells []string) []string {
+	for i, s := range cells {
+		cells[i] = csvCell(s)
+	}
+	return cells
 }
 
 // csvCell makes a cell safe to open in a spreadsheet (OWASP, "CSV Injection"): a cell that starts

@@ -18,9 +18,9 @@ func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error
 	if _, err := f.parse(args); err != nil {
 		return err
 	}
-	cfg, err := config.Load(c.getenv)
+	cfg, err := c.config()
 	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
+		return err
 	}
 	if cfg.Store != config.StoreDynamoDB {
 		return fmt.Errorf("KILN_STORE=%q: tables are created only for the DynamoDB store (KILN_STORE=dynamodb)", cfg.Store)
@@ -58,7 +58,7 @@ func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error
 		if t.Created {
 			what = "created"
 		}
-		if _, err := fmt.Fprintf(c.stdout, "%s\t%s\n", t.Name, what); err != nil {
+		if err := c.printf("%s\t%s\n", t.Name, what); err != nil {
 			return err
 		}
 	}
@@ -66,6 +66,5 @@ func devCreateTables(ctx context.Context, c *cli, f *flags, args []string) error
 	if !pitr {
 		say = "point-in-time recovery: this server has none (Amazon DynamoDB Local); finance export needs moto or AWS"
 	}
-	_, err = fmt.Fprintln(c.stdout, say)
-	return err
+	return c.printf("%s\n", say)
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -36,7 +35,7 @@ func (e *exitCode) Error() string { return e.msg }
 // financeExport answers "kilnctl finance export": point-in-time exports of the ledger, usage
 // and aggregates tables to S3, awaited, with progress on stderr.
 func financeExport(ctx context.Context, c *cli, f *flags, args []string) error {
-	bucket := f.String("bucket", "", "the S3 `BUCKET` to export to (required)")
+	bucket := f.required("bucket", "the S3 `BUCKET` to export to (required)")
 	prefix := f.String("prefix", "", "the key `PREFIX` in the bucket; each table goes under PREFIX/TABLE/ (required)")
 	atArg := f.String("at", "", "the point in `TIME` to export (RFC 3339, within the last 35 days); default now")
 	poll := f.Duration("poll", 10*time.Second, "how often to look at the exports' progress")
@@ -44,8 +43,6 @@ func financeExport(ctx context.Context, c *cli, f *flags, args []string) error {
 		return err
 	}
 	switch {
-	case *bucket == "":
-		return f.usageErr("--bucket is required")
 	case strings.Contains(*bucket, "/") || strings.HasPrefix(*bucket, "s3:"):
 		return f.usageErr("--bucket %q: a bucket name, without s3:// or a prefix", *bucket)
 	case strings.Trim(*prefix, "/") == "":
@@ -64,22 +61,18 @@ func financeExport(ctx context.Context, c *cli, f *flags, args []string) error {
 		}
 		at = t.UTC()
 	}
-	cfg, err := config.Load(c.getenv)
+	cfg, err := c.config()
 	if err != nil {
-		return fmt.Errorf("configuration: %w", err)
+		return err
 	}
 	if cfg.Store != config.StoreDynamoDB {
 		return fmt.Errorf("KILN_STORE=%q: finance export exports the DynamoDB tables; set KILN_STORE=dynamodb", cfg.Store)
 	}
-	st, err := openStore(ctx, cfg, c.stderr, false)
+	st, err := c.store(ctx)
 	if err != nil {
 		return err
 	}
-	c.st = st
-	ds, ok := st.(*dynamo.Store)
-	if !ok {
-		return errors.New("finance export: not a DynamoDB store")
-	}
+	ds := st.(*dynamo.Store) // KILN_STORE=dynamodb opens nothing else
 	t := ds.Tables()
 	where := "AWS"
 	if cfg.DynamoDBEndpoint != "" {
@@ -111,36 +104,35 @@ func financeExport(ctx context.Context, c *cli, f *flags, args []string) error {
 	if err := tw.flush(); err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(c.stdout, "\nkilnctl finance report --export %s --from DAY --to DAY\nkilnctl finance reconcile --export %s --from DAY --to DAY\n", location, location)
-	return err
+	return c.printf("\nkilnctl finance report --export %s --from DAY --to DAY\nkilnctl finance reconcile --export %s --from DAY --to DAY\n", location, location)
 }
 
-// days reads --from and --to.
-func days(f *flags, from, to string) error {
+// days reads --from and --to: UTC days, --to included.
+func days(f *flags, from, to string) (time.Time, time.Time, error) {
 	if from == "" || to == "" {
-		return f.usageErr("--from and --to are required")
+		return time.Time{}, time.Time{}, f.usageErr("--from and --to are required")
 	}
 	a, err := time.Parse(time.DateOnly, from)
 	if err != nil {
-		return f.usageErr("--from %q: want a day such as 2026-11-01", from)
+		return a, a, f.usageErr("--from %q: want a day such as 2026-11-01", from)
 	}
 	b, err := time.Parse(time.DateOnly, to)
 	if err != nil {
-		return f.usageErr("--to %q: want a day such as 2026-11-30", to)
+		return a, b, f.usageErr("--to %q: want a day such as 2026-11-30", to)
 	}
 	if b.Before(a) {
-		return f.usageErr("--to %s is before --from %s", to, from)
+		return a, b, f.usageErr("--to %s is before --from %s", to, from)
 	}
-	return nil
+	return a, b, nil
 }
 
 // openExport opens the export an --export flag names: s3://BUCKET/PREFIX or a directory.
 func (c *cli) openExport(ctx context.Context, where string) (*finance.Export, error) {
 	var client finance.S3API
 	if strings.HasPrefix(where, "s3://") {
-		cfg, err := config.Load(c.getenv)
+		cfg, err := c.config()
 		if err != nil {
-			return nil, fmt.Errorf("configuration: %w", err)
+			return nil, err
 		}
 		s3c, err := finance.OpenS3(ctx, cfg.S3Endpoint, cfg.Region)
 		if err != nil {
@@ -154,7 +146,7 @@ func (c *cli) openExport(ctx context.Context, where string) (*finance.Export, er
 // financeReport answers "kilnctl finance report": the usage records of an export, listed or
 // rolled up, read as a stream.
 func financeReport(ctx context.Context, c *cli, f *flags, args []string) error {
-	where := f.String("export", "", "the export's `LOCATION`: s3://BUCKET/PREFIX, or a directory holding a copy of it (required)")
+	where := f.required("export", "the export's `LOCATION`: s3://BUCKET/PREFIX, or a directory holding a copy of it (required)")
 	fromArg := f.String("from", "", "the first UTC `DAY`, such as 2026-11-01 (required)")
 	toArg := f.String("to", "", "the last UTC `DAY`, included (required)")
 	orgID := f.String("org", "", "only this organization's `ID`")
@@ -164,14 +156,12 @@ func financeReport(ctx context.Context, c *cli, f *flags, args []string) error {
 		return err
 	}
 	switch {
-	case *where == "":
-		return f.usageErr("--export is required")
 	case *by != "" && *by != "day" && *by != "model" && *by != "org":
 		return f.usageErr("--by %q: want day, model or org", *by)
 	case *asCSV && *f.json:
 		return f.usageErr("--csv and --json exclude each other")
 	}
-	if err := days(f, *fromArg, *toArg); err != nil {
+	if _, _, err := days(f, *fromArg, *toArg); err != nil {
 		return err
 	}
 	x, err := c.openExport(ctx, *where)
@@ -255,14 +245,7 @@ func (rw *recordWriter) write(r finance.Record) error {
 	e := r.Event
 	switch {
 	case rw.csv != nil:
-		rw.err = rw.csv.Write(safeCells([]string{
-			e.GenerationID, e.OrgID, e.KeyID, e.Model, e.Endpoint, strconv.FormatBool(e.Stream),
-			string(e.Status), strconv.Itoa(e.HTTPStatus), e.FinishReason,
-			strconv.FormatInt(e.PromptTokens, 10), strconv.FormatInt(e.CachedTokens, 10),
-			strconv.FormatInt(e.CompletionTokens, 10), e.Cost.String(), strconv.FormatBool(e.Estimated),
-			exactTime(e.StartedAt), strconv.FormatInt(e.TTFTMillis, 10),
-			strconv.FormatInt(e.DurationMillis, 10), e.Backend,
-		}))
+		rw.err = rw.csv.Write(safeCells(eventRow(e)))
 	case rw.json:
 		b, err := json.Marshal(e)
 		if err != nil {
@@ -303,66 +286,37 @@ func (rw *recordWriter) close() error {
 	return err
 }
 
-// oneLine keeps a value from breaking a text line.
-func oneLine(s string) string { return strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(s) }
-
-// safeCells applies csvCell to every cell.
-func safeCells(cells []string) []string {
-	for i, s := range cells {
-		cells[i] = csvCell(s)
-	}
-	return cells
-}
-
 func writeFinanceRollup(w io.Writer, by, from, to string, groups map[string]*usage.Totals, total usage.Totals, asCSV, asJSON bool) error {
-	keys := slices.Sorted(maps.Keys(groups))
-	switch {
-	case asJSON:
-		type row struct {
-			Key string `json:"key"`
-			usage.Totals
-		}
-		rows := make([]row, 0, len(keys))
-		for _, k := range keys {
-			rows = append(rows, row{k, *groups[k]})
-		}
-		return writeJSON(w, struct {
-			From  string       `json:"from"`
-			To    string       `json:"to"`
-			By    string       `json:"by"`
-			Rows  []row        `json:"rows"`
-			Total usage.Totals `json:"total"`
-		}{from, to, by, rows, total})
-	case asCSV:
-		cw := csv.NewWriter(w)
-		cw.Write([]string{by, "requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost"})
-		for _, k := range keys {
-			cw.Write(safeCells(append(append([]string{k}, cells(*groups[k])...), groups[k].Cost.String())))
-		}
-		cw.Flush()
-		return cw.Error()
+	if !asJSON {
+		return writeRollup(w, by, groups, total, asCSV)
 	}
-	t := newTable(w, strings.ToUpper(by), "REQUESTS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
-	for _, k := range keys {
-		t.row(append(append([]string{orNone(k)}, cells(*groups[k])...), usd(groups[k].Cost))...)
+	type row struct {
+		Key string `json:"key"`
+		usage.Totals
 	}
-	t.row(append(append([]string{"total"}, cells(total)...), usd(total.Cost))...)
-	return t.flush()
+	rows := make([]row, 0, len(groups))
+	for _, k := range slices.Sorted(maps.Keys(groups)) {
+		rows = append(rows, row{k, *groups[k]})
+	}
+	return writeJSON(w, struct {
+		From  string       `json:"from"`
+		To    string       `json:"to"`
+		By    string       `json:"by"`
+		Rows  []row        `json:"rows"`
+		Total usage.Totals `json:"total"`
+	}{from, to, by, rows, total})
 }
 
 // financeReconcile answers "kilnctl finance reconcile": per organization × UTC day, the ledger's
 // debits against the usage records against the aggregates, exit status 3 when anything differs.
 func financeReconcile(ctx context.Context, c *cli, f *flags, args []string) error {
-	where := f.String("export", "", "the export's `LOCATION`: s3://BUCKET/PREFIX, or a directory holding a copy of it (required)")
+	where := f.required("export", "the export's `LOCATION`: s3://BUCKET/PREFIX, or a directory holding a copy of it (required)")
 	fromArg := f.String("from", "", "the first UTC `DAY`, such as 2026-11-01 (required)")
 	toArg := f.String("to", "", "the last UTC `DAY`, included (required)")
 	if _, err := f.parse(args); err != nil {
 		return err
 	}
-	if *where == "" {
-		return f.usageErr("--export is required")
-	}
-	if err := days(f, *fromArg, *toArg); err != nil {
+	if _, _, err := days(f, *fromArg, *toArg); err != nil {
 		return err
 	}
 	x, err := c.openExport(ctx, *where)

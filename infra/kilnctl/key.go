@@ -21,12 +21,9 @@ type createdKey struct {
 }
 
 func keyCreate(ctx context.Context, c *cli, f *flags, args []string) error {
-	orgID := f.String("org", "", "the organization's `ID` (required)")
+	orgID := f.org()
 	if _, err := f.parse(args); err != nil {
 		return err
-	}
-	if *orgID == "" {
-		return f.usageErr("--org is required")
 	}
 	st, o, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {
@@ -57,8 +54,7 @@ func keyCreate(ctx context.Context, c *cli, f *flags, args []string) error {
 		fmt.Fprintln(c.stderr, "kilnctl: "+onceWarning)
 		return writeJSON(c.stdout, out)
 	}
-	_, err = fmt.Fprintf(c.stdout, "API key %s for organization %s:\n\n    %s\n\n%s\n", out.ID, out.OrgID, out.Key, onceWarning)
-	return err
+	return c.printf("API key %s for organization %s:\n\n    %s\n\n%s\n", out.ID, out.OrgID, out.Key, onceWarning)
 }
 
 // keyView is a key as listed: never its hash.
@@ -71,12 +67,9 @@ type keyView struct {
 }
 
 func keyList(ctx context.Context, c *cli, f *flags, args []string) error {
-	orgID := f.String("org", "", "the organization's `ID` (required)")
+	orgID := f.org()
 	if _, err := f.parse(args); err != nil {
 		return err
-	}
-	if *orgID == "" {
-		return f.usageErr("--org is required")
 	}
 	st, _, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {
@@ -140,9 +133,7 @@ func keyRevoke(ctx context.Context, c *cli, f *flags, args []string) error {
 		}{id, true})
 	}
 	if already {
-		_, err = fmt.Fprintf(c.stdout, "key %s was already revoked\n", id)
-		return err
+		return c.printf("key %s was already revoked\n", id)
 	}
-	_, err = fmt.Fprintf(c.stdout, "revoked key %s\n", id)
-	return err
+	return c.printf("revoked key %s\n", id)
 }

@@ -25,12 +25,9 @@ func viewMaintenance(m store.Maintenance, now time.Time) maintenanceView {
 }
 
 func maintenanceOn(ctx context.Context, c *cli, f *flags, args []string) error {
-	untilArg := f.String("until", "", "answer 503 until this `TIME`, RFC 3339 such as 2026-12-01T06:00:00Z (required)")
+	untilArg := f.required("until", "answer 503 until this `TIME`, RFC 3339 such as 2026-12-01T06:00:00Z (required)")
 	if _, err := f.parse(args); err != nil {
 		return err
-	}
-	if *untilArg == "" {
-		return f.usageErr("--until is required")
 	}
 	until, err := time.Parse(time.RFC3339Nano, *untilArg)
 	if err != nil {
@@ -81,14 +78,11 @@ func (c *cli) printMaintenance(f *flags, m store.Maintenance, now time.Time) err
 	if *f.json {
 		return writeJSON(c.stdout, v)
 	}
-	var err error
 	switch {
 	case v.Active:
-		_, err = fmt.Fprintf(c.stdout, "maintenance on until %s: the gateway answers 503\n", v.Until.Format(time.RFC3339))
+		return c.printf("maintenance on until %s: the gateway answers 503\n", v.Until.Format(time.RFC3339))
 	case v.On:
-		_, err = fmt.Fprintf(c.stdout, "maintenance window ended at %s: the gateway serves requests\n", v.Until.Format(time.RFC3339))
-	default:
-		_, err = fmt.Fprintln(c.stdout, "maintenance off: the gateway serves requests")
+		return c.printf("maintenance window ended at %s: the gateway serves requests\n", v.Until.Format(time.RFC3339))
 	}
-	return err
+	return c.printf("maintenance off: the gateway serves requests\n")
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,7 +31,7 @@ func orgCreate(ctx context.Context, c *cli, f *flags, args []string) error {
 	}
 	if *id == "" {
 		*id = newID("org_")
-	} else if !validOrgID(*id) {
+	} else if !orgIDPattern.MatchString(*id) {
 		return f.usageErr("--id %q: want 1 to 64 letters, digits, '_', '-' or '.'", *id)
 	}
 	c.mayCreate = true // a first organization is how an operator starts a store without the gateway
@@ -58,21 +59,11 @@ func orgCreate(ctx context.Context, c *cli, f *flags, args []string) error {
 	if *f.json {
 		return writeJSON(c.stdout, utcOrg(o))
 	}
-	_, err = fmt.Fprintf(c.stdout, "created organization %s (%q, max in-flight %d)\n", o.ID, o.Name, o.MaxInFlight)
-	return err
+	return c.printf("created organization %s (%q, max in-flight %d)\n", o.ID, o.Name, o.MaxInFlight)
 }
 
-func validOrgID(id string) bool {
-	if len(id) == 0 || len(id) > 64 {
-		return false
-	}
-	for _, r := range id {
-		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '_' || r == '-' || r == '.') {
-			return false
-		}
-	}
-	return true
-}
+// orgIDPattern is what --id accepts.
+var orgIDPattern = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
 
 func orgList(ctx context.Context, c *cli, f *flags, args []string) error {
 	if _, err := f.parse(args); err != nil {
@@ -211,8 +202,7 @@ func updateOrg(ctx context.Context, c *cli, f *flags, id string, change func(sto
 	if *f.json {
 		return writeJSON(c.stdout, utcOrg(o))
 	}
-	_, err = fmt.Fprint(c.stdout, describe(o))
-	return err
+	return c.printf("%s", describe(o))
 }
 
 func utcOrg(o store.Org) store.Org {

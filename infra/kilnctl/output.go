@@ -31,11 +31,13 @@ func newTable(w io.Writer, header ...string) *table {
 
 func (t *table) row(cells ...string) {
 	for i, c := range cells {
-		// A tab or newline in a note would break the columns.
-		cells[i] = strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(c)
+		cells[i] = oneLine(c) // a tab or newline in a note would break the columns
 	}
 	fmt.Fprintln(t.tw, strings.Join(cells, "\t"))
 }
+
+// oneLine keeps a value from breaking a text line.
+func oneLine(s string) string { return strings.NewReplacer("\t", " ", "\n", " ", "\r", " ").Replace(s) }
 
 func (t *table) flush() error { return t.tw.Flush() }
 
@@ -45,8 +47,8 @@ func exactTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 // shortTime is the form of times in text tables.
 func shortTime(t time.Time) string { return t.UTC().Format(time.RFC3339) }
 
-// usd is the form of money in text output: at least two decimal places, more when needed to
-// stay exact ("10.00", "0.000001155").
+// usd is the form of money in text output and of prices on the Models page: at least two
+// decimal places, more when needed to stay exact ("10.00", "0.000001155", "0.0175").
 func usd(a money.Amount) string { return a.Fixed(2) }
 
 // orNone shows an empty value in text output.

@@ -3,24 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
-	"time"
+	"strings"
 
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // totals is a roll-up of usage events. Cost is an exact sum.
 type totals = usage.Totals
-
-// addEvent adds one event to t.
-func addEvent(t *totals, e usage.Event) error {
-	if err := t.Add(usage.TotalsOf(e)); err != nil {
-		return fmt.Errorf("sum cost at generation %s: %w", e.GenerationID, err)
-	}
-	return nil
-}
 
 func cells(t totals) []string {
 	return []string{
@@ -49,7 +42,7 @@ type rollup struct {
 }
 
 func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
-	orgID := f.String("org", "", "the organization's `ID` (required)")
+	orgID := f.org()
 	fromArg := f.String("from", "", "the first UTC `DAY`, such as 2026-11-01 (required)")
 	toArg := f.String("to", "", "the last UTC `DAY`, included (required)")
 	by := f.String("by", "", "roll up per `day` or per model instead of listing events")
@@ -58,8 +51,6 @@ func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
 		return err
 	}
 	switch {
-	case *orgID == "":
-		return f.usageErr("--org is required")
 	case *fromArg == "" || *toArg == "":
 		return f.usageErr("--from and --to are required")
 	case *by != "" && *by != "day" && *by != "model":
@@ -67,16 +58,9 @@ func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
 	case *asCSV && *f.json:
 		return f.usageErr("--csv and --json exclude each other")
 	}
-	from, err := time.Parse(time.DateOnly, *fromArg)
+	from, to, err := days(f, *fromArg, *toArg)
 	if err != nil {
-		return f.usageErr("--from %q: want a day such as 2026-11-01", *fromArg)
-	}
-	to, err := time.Parse(time.DateOnly, *toArg)
-	if err != nil {
-		return f.usageErr("--to %q: want a day such as 2026-11-30", *toArg)
-	}
-	if to.Before(from) {
-		return f.usageErr("--to %s is before --from %s", *toArg, *fromArg)
+		return err
 	}
 	st, _, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {
@@ -126,31 +110,28 @@ func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
 		}
 		r.Rows = append(r.Rows, row)
 	}
-	key := func(row rollupRow) string {
-		if row.Model != nil {
-			return *row.Model
-		}
-		return row.Day
-	}
-	switch {
-	case *f.json:
+	if *f.json {
 		return writeJSON(c.stdout, r)
-	case *asCSV:
-		rows := make([][]string, 0, len(r.Rows))
-		for _, row := range r.Rows {
-			rows = append(rows, append(append([]string{key(row)}, cells(row.totals)...), row.Cost.String()))
+	}
+	return writeRollup(c.stdout, *by, groups, r.Total, *asCSV)
+}
+
+// writeRollup writes the totals of each group, in the order of their keys, as CSV or as a text
+// table with a total row: usage --by and finance report --by write the same columns.
+func writeRollup(w io.Writer, by string, groups map[string]*totals, total totals, asCSV bool) error {
+	keys := slices.Sorted(maps.Keys(groups))
+	if asCSV {
+		rows := make([][]string, 0, len(keys))
+		for _, k := range keys {
+			rows = append(rows, append(append([]string{k}, cells(*groups[k])...), groups[k].Cost.String()))
 		}
-		return writeCSV(c.stdout, []string{*by, "requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost"}, rows)
+		return writeCSV(w, []string{by, "requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost"}, rows)
 	}
-	head := "DAY"
-	if *by == "model" {
-		head = "MODEL"
+	t := newTable(w, strings.ToUpper(by), "REQUESTS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
+	for _, k := range keys {
+		t.row(append(append([]string{orNone(k)}, cells(*groups[k])...), usd(groups[k].Cost))...)
 	}
-	t := newTable(c.stdout, head, "REQUESTS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
-	for _, row := range r.Rows {
-		t.row(append(append([]string{orNone(key(row))}, cells(row.totals)...), usd(row.Cost))...)
-	}
-	t.row(append(append([]string{"total"}, cells(r.Total)...), usd(r.Total.Cost))...)
+	t.row(append(append([]string{"total"}, cells(total)...), usd(total.Cost))...)
 	return t.flush()
 }
 
@@ -159,6 +140,18 @@ var eventColumns = []string{
 	"generation_id", "org_id", "key_id", "model", "endpoint", "stream", "status", "http_status",
 	"finish_reason", "prompt_tokens", "cached_tokens", "completion_tokens", "cost", "estimated",
 	"started_at", "ttft_ms", "duration_ms", "backend",
+}
+
+// eventRow is an event's CSV record, in the order of eventColumns.
+func eventRow(e usage.Event) []string {
+	return []string{
+		e.GenerationID, e.OrgID, e.KeyID, e.Model, e.Endpoint, strconv.FormatBool(e.Stream),
+		string(e.Status), strconv.Itoa(e.HTTPStatus), e.FinishReason,
+		strconv.FormatInt(e.PromptTokens, 10), strconv.FormatInt(e.CachedTokens, 10),
+		strconv.FormatInt(e.CompletionTokens, 10), e.Cost.String(), strconv.FormatBool(e.Estimated),
+		exactTime(e.StartedAt), strconv.FormatInt(e.TTFTMillis, 10),
+		strconv.FormatInt(e.DurationMillis, 10), e.Backend,
+	}
 }
 
 func (c *cli) listEvents(f *flags, events []usage.Event, asCSV bool) error {
@@ -171,22 +164,15 @@ func (c *cli) listEvents(f *flags, events []usage.Event, asCSV bool) error {
 	case asCSV:
 		rows := make([][]string, 0, len(events))
 		for _, e := range events {
-			rows = append(rows, []string{
-				e.GenerationID, e.OrgID, e.KeyID, e.Model, e.Endpoint, strconv.FormatBool(e.Stream),
-				string(e.Status), strconv.Itoa(e.HTTPStatus), e.FinishReason,
-				strconv.FormatInt(e.PromptTokens, 10), strconv.FormatInt(e.CachedTokens, 10),
-				strconv.FormatInt(e.CompletionTokens, 10), e.Cost.String(), strconv.FormatBool(e.Estimated),
-				exactTime(e.StartedAt), strconv.FormatInt(e.TTFTMillis, 10),
-				strconv.FormatInt(e.DurationMillis, 10), e.Backend,
-			})
+			rows = append(rows, eventRow(e))
 		}
 		return writeCSV(c.stdout, eventColumns, rows)
 	}
 	var sum totals
 	t := newTable(c.stdout, "STARTED", "GENERATION", "MODEL", "STATUS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
 	for _, e := range events {
-		if err := addEvent(&sum, e); err != nil {
-			return err
+		if err := sum.Add(usage.TotalsOf(e)); err != nil {
+			return fmt.Errorf("sum cost at generation %s: %w", e.GenerationID, err)
 		}
 		t.row(shortTime(e.StartedAt), e.GenerationID, orNone(e.Model), string(e.Status),
 			strconv.FormatInt(e.PromptTokens, 10), strconv.FormatInt(e.CachedTokens, 10),
@@ -195,6 +181,5 @@ func (c *cli) listEvents(f *flags, events []usage.Event, asCSV bool) error {
 	if err := t.flush(); err != nil {
 		return err
 	}
-	_, err := fmt.Fprintf(c.stdout, "%d requests, %s USD\n", sum.Requests, usd(sum.Cost))
-	return err
+	return c.printf("%d requests, %s USD\n", sum.Requests, usd(sum.Cost))
 }

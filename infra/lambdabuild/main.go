@@ -16,7 +16,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,7 +72,11 @@ func run(args []string) error {
 	files := []packaged{{name: "bootstrap", path: bootstrap, mode: 0o755}}
 	if *catalog != "" {
 		dst := filepath.Join(out, "catalog.yaml")
-		if err := copyFile(*catalog, dst); err != nil {
+		b, err := os.ReadFile(*catalog)
+		if err == nil {
+			err = os.WriteFile(dst, b, 0o644)
+		}
+		if err != nil {
 			return fmt.Errorf("catalog: %w", err)
 		}
 		files = append(files, packaged{name: "catalog.yaml", path: dst, mode: 0o644})
@@ -101,38 +104,25 @@ func writeZip(path string, files []packaged) error {
 	if err != nil {
 		return err
 	}
+	defer f.Close() // a second Close after the one below only fails
 	zw := zip.NewWriter(f)
 	for _, p := range files {
 		h := &zip.FileHeader{Name: p.name, Method: zip.Deflate, Modified: time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)}
 		h.SetMode(p.mode) // Lambda runs bootstrap only with its executable bit
 		w, err := zw.CreateHeader(h)
 		if err != nil {
-			f.Close()
 			return err
 		}
-		src, err := os.Open(p.path)
+		b, err := os.ReadFile(p.path)
 		if err != nil {
-			f.Close()
 			return err
 		}
-		_, err = io.Copy(w, src)
-		src.Close()
-		if err != nil {
-			f.Close()
+		if _, err := w.Write(b); err != nil {
 			return err
 		}
 	}
 	if err := zw.Close(); err != nil {
-		f.Close()
 		return err
 	}
 	return f.Close()
-}
-
-func copyFile(src, dst string) error {
-	b, err := os.ReadFile(src)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(dst, b, 0o644)
 }

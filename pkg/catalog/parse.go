@@ -160,17 +160,8 @@ func (f *fileCatalog) build() (*Catalog, error) {
 			IgnoreEOS:         fm.IgnoreEOS,
 		}
 
-		switch {
-		case fm.ID == "":
-			fail(at+".id", "missing")
-		case !idPattern.MatchString(fm.ID):
-			fail(at+".id", "%q may hold only letters, digits and . _ : / -", fm.ID)
-		case len(fm.ID) > MaxIDLen:
-			fail(at+".id", "%d bytes long: at most %d", len(fm.ID), MaxIDLen)
-		case idAt[fm.ID] != "":
-			fail(at+".id", "%q is already used by %s", fm.ID, idAt[fm.ID])
-		default:
-			idAt[fm.ID] = at
+		if err := unique(fm.ID, at, idAt); err != nil {
+			fail(at+".id", "%v", err)
 		}
 		if fm.Created < 0 {
 			fail(at+".created", "must not be negative, got %d", fm.Created)
@@ -229,17 +220,8 @@ func (f *fileCatalog) build() (*Catalog, error) {
 				}
 				b.Server = Server(fb.Server)
 			}
-			switch {
-			case fb.Name == "":
-				fail(bat+".name", "missing")
-			case !idPattern.MatchString(fb.Name):
-				fail(bat+".name", "%q may hold only letters, digits and . _ : / -", fb.Name)
-			case len(fb.Name) > MaxIDLen:
-				fail(bat+".name", "%d bytes long: at most %d", len(fb.Name), MaxIDLen)
-			case backendAt[fb.Name] != "":
-				fail(bat+".name", "%q is already used by %s", fb.Name, backendAt[fb.Name])
-			default:
-				backendAt[fb.Name] = bat
+			if err := unique(fb.Name, bat, backendAt); err != nil {
+				fail(bat+".name", "%v", err)
 			}
 			u, err := baseURL(fb.URL)
 			if err != nil {
@@ -267,6 +249,23 @@ func (f *fileCatalog) build() (*Catalog, error) {
 		return nil, errors.Join(errs...)
 	}
 	return c, nil
+}
+
+// unique checks a model id or backend name defined at loc and records it in seen (name → where
+// it was first defined).
+func unique(name, loc string, seen map[string]string) error {
+	switch {
+	case name == "":
+		return errors.New("missing")
+	case !idPattern.MatchString(name):
+		return fmt.Errorf("%q may hold only letters, digits and . _ : / -", name)
+	case len(name) > MaxIDLen:
+		return fmt.Errorf("%d bytes long: at most %d", len(name), MaxIDLen)
+	case seen[name] != "":
+		return fmt.Errorf("%q is already used by %s", name, seen[name])
+	}
+	seen[name] = loc
+	return nil
 }
 
 // price reads a price node, which must be a YAML string: an unquoted 0.035 is a float to YAML,

@@ -38,9 +38,7 @@ type part struct {
 
 // summary is manifest-summary.json (the fields this reader uses).
 type summary struct {
-	ExportArn    string `json:"exportArn"`
 	TableArn     string `json:"tableArn"`
-	ExportTime   string `json:"exportTime"`
 	OutputFormat string `json:"outputFormat"`
 	ExportType   string `json:"exportType"`
 	ItemCount    *int64 `json:"itemCount"`

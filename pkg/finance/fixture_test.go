@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // The fixtures here follow AWS's documentation of the export format ("DynamoDB table export
@@ -169,7 +171,7 @@ func consistentBooks() books {
 	b.aggregates = append(b.aggregates, monthItem("org_a", "2026-11", 4_820_000))
 	b.ledger = append(b.ledger, topUpItem("org_a", "top_1", 10_000_000_000_000, day1))
 	// A request still running: not yet a usage record.
-	b.usage = append(b.usage, usageItem("org_b", "gen-01F", "qwen3-32b", day1.Add(37*time.Hour), 0, StatusInProgress))
+	b.usage = append(b.usage, usageItem("org_b", "gen-01F", "qwen3-32b", day1.Add(37*time.Hour), 0, string(usage.StatusInProgress)))
 	return b
 }
 

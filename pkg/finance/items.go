@@ -66,10 +66,6 @@ const (
 	markerPrefix = "gen#"
 )
 
-// StatusInProgress marks a usage item of a request still running: not yet a usage record, and
-// so skipped by reports and reconciliations.
-const StatusInProgress = "in_progress"
-
 // Entry is one ledger item: a debit (the entry ID is the generation id, the amount negative),
 // a top-up or an adjustment.
 type Entry struct {
@@ -210,14 +206,15 @@ func DecodeRecord(it Item) (Record, error) {
 	if f.err != nil {
 		return Record{}, fmt.Errorf("usage item %s/%s: %w", r.OrgID, r.GenerationID, f.err)
 	}
-	if r.Status != StatusInProgress && r.Cost < 0 {
+	if !r.InProgress() && r.Cost < 0 {
 		return Record{}, fmt.Errorf("usage item %s/%s: negative cost %s", r.OrgID, r.GenerationID, r.Cost)
 	}
 	return r, nil
 }
 
-// InProgress reports whether the record is of a request still running.
-func (r Record) InProgress() bool { return r.Status == StatusInProgress }
+// InProgress reports whether the record is of a request still running: not yet a usage record,
+// and so skipped by reports and reconciliations.
+func (r Record) InProgress() bool { return r.Status == usage.StatusInProgress }
 
 // DecodeAggregate reads an aggregates item: a day roll-up or a marker (ok true), or a month
 // roll-up (ok false: the reconciliation is per day).

@@ -3,7 +3,7 @@ package finance
 import (
 	"bufio"
 	"cmp"
-	"encoding/binary"
+	"encoding/gob"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -97,6 +97,7 @@ type Reconciler struct {
 	dir        string
 	files      []*os.File
 	bufs       []*bufio.Writer
+	encs       []*gob.Encoder // one gob stream of spilled records per file
 	rollups    map[orgDay]money.Amount
 	inProgress int64
 	// afterPartition, when set, runs while a joined partition is still in memory (tests sample
@@ -141,6 +142,7 @@ func NewReconciler(opt Options) (*Reconciler, error) {
 		}
 		r.files = append(r.files, f)
 		r.bufs = append(r.bufs, bufio.NewWriterSize(f, 32<<10))
+		r.encs = append(r.encs, gob.NewEncoder(r.bufs[i]))
 	}
 	return r, nil
 }
@@ -228,19 +230,15 @@ func (r *Reconciler) spill(kind byte, org, gen string, day int32, amount money.A
 	h.Write([]byte(org))
 	h.Write([]byte{0})
 	h.Write([]byte(gen))
-	w := r.bufs[h.Sum32()%uint32(len(r.bufs))]
-	var b [3*binary.MaxVarintLen64 + 1]byte
-	n := binary.PutUvarint(b[:], uint64(len(org)))
-	w.Write(b[:n])
-	w.WriteString(org)
-	n = binary.PutUvarint(b[:], uint64(len(gen)))
-	w.Write(b[:n])
-	w.WriteString(gen)
-	b[0] = kind
-	n = 1 + binary.PutVarint(b[1:], int64(day))
-	n += binary.PutVarint(b[n:], int64(amount))
-	_, err := w.Write(b[:n])
-	return err
+	return r.encs[h.Sum32()%uint32(len(r.encs))].Encode(spilled{org, gen, kind, day, amount})
+}
+
+// spilled is one record of a spill file.
+type spilled struct {
+	Org, Gen string
+	Kind     byte
+	Day      int32
+	Amount   money.Amount
 }
 
 // generation is what the sources hold of one generation.
@@ -396,57 +394,31 @@ func readPartition(f *os.File) (map[string]*generation, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
-	br := bufio.NewReaderSize(f, 64<<10)
+	dec := gob.NewDecoder(bufio.NewReaderSize(f, 64<<10))
 	gens := map[string]*generation{}
-	str := func() (string, error) {
-		n, err := binary.ReadUvarint(br)
-		if err != nil {
-			return "", err
-		}
-		b := make([]byte, n)
-		_, err = io.ReadFull(br, b)
-		return string(b), err
-	}
 	for {
-		org, err := str()
-		if errors.Is(err, io.EOF) {
+		var s spilled // a fresh one: gob leaves out zero fields
+		if err := dec.Decode(&s); errors.Is(err, io.EOF) {
 			return gens, nil
-		}
-		if err != nil {
+		} else if err != nil {
 			return nil, fmt.Errorf("read spill file: %w", err)
 		}
-		gen, err := str()
-		if err != nil {
-			return nil, fmt.Errorf("read spill file: %w", err)
-		}
-		kind, err := br.ReadByte()
-		if err != nil {
-			return nil, fmt.Errorf("read spill file: %w", err)
-		}
-		day, err := binary.ReadVarint(br)
-		if err != nil {
-			return nil, fmt.Errorf("read spill file: %w", err)
-		}
-		amount, err := binary.ReadVarint(br)
-		if err != nil {
-			return nil, fmt.Errorf("read spill file: %w", err)
-		}
-		key := org + "\x00" + gen
+		key := s.Org + "\x00" + s.Gen
 		g := gens[key]
 		if g == nil {
-			g = &generation{org: org, id: gen}
+			g = &generation{org: s.Org, id: s.Gen}
 			gens[key] = g
 		}
-		switch kind {
+		switch s.Kind {
 		case kindDebit:
 			g.dupDebit = g.hasDebit
-			g.hasDebit, g.debit, g.debitDay = true, money.Amount(amount), int32(day)
+			g.hasDebit, g.debit, g.debitDay = true, s.Amount, s.Day
 		case kindUsage:
 			g.dupUsage = g.hasUsage
-			g.hasUsage, g.usage, g.usageDay = true, money.Amount(amount), int32(day)
+			g.hasUsage, g.usage, g.usageDay = true, s.Amount, s.Day
 		case kindMarker:
 			g.dupMk = g.hasMk
-			g.hasMk, g.marker, g.mkDay = true, money.Amount(amount), int32(day)
+			g.hasMk, g.marker, g.mkDay = true, s.Amount, s.Day
 		}
 	}
 }

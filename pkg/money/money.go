@@ -12,6 +12,7 @@ import (
 	"math"
 	"math/bits"
 	"strconv"
+	"strings"
 )
 
 // Amount is a signed quantity of USD in picodollars (10^-12 USD).
@@ -59,20 +60,10 @@ func parse(s string, maxDecimals int) (Amount, int, error) {
 	if s == "" {
 		return 0, 0, fmt.Errorf("amount %q: empty", orig)
 	}
-	neg := false
-	if s[0] == '-' {
-		neg = true
-		s = s[1:]
-	}
-	intPart, frac := s, ""
-	for i := 0; i < len(s); i++ {
-		if s[i] == '.' {
-			intPart, frac = s[:i], s[i+1:]
-			if frac == "" {
-				return 0, 0, fmt.Errorf("amount %q: no digits after the decimal point", orig)
-			}
-			break
-		}
+	s, neg := strings.CutPrefix(s, "-")
+	intPart, frac, point := strings.Cut(s, ".")
+	if point && frac == "" {
+		return 0, 0, fmt.Errorf("amount %q: no digits after the decimal point", orig)
 	}
 	if intPart == "" {
 		return 0, 0, fmt.Errorf("amount %q: no digits before the decimal point", orig)
@@ -83,26 +74,9 @@ func parse(s string, maxDecimals int) (Amount, int, error) {
 	if len(frac) > maxDecimals {
 		return 0, 0, fmt.Errorf("amount %q: more than %d decimal places", orig, maxDecimals)
 	}
-	var v uint64
-	for _, c := range intPart + frac {
-		hi, lo := bits.Mul64(v, 10)
-		if hi != 0 {
-			return 0, 0, fmt.Errorf("amount %q: %w", orig, ErrOverflow)
-		}
-		lo, carry := bits.Add64(lo, uint64(c-'0'), 0)
-		if carry != 0 {
-			return 0, 0, fmt.Errorf("amount %q: %w", orig, ErrOverflow)
-		}
-		v = lo
-	}
-	for i := len(frac); i < Scale; i++ {
-		hi, lo := bits.Mul64(v, 10)
-		if hi != 0 {
-			return 0, 0, fmt.Errorf("amount %q: %w", orig, ErrOverflow)
-		}
-		v = lo
-	}
-	if v > math.MaxInt64 {
+	// The digits, padded to Scale decimal places, are the picodollars.
+	v, err := strconv.ParseUint(intPart+frac+strings.Repeat("0", Scale-len(frac)), 10, 64)
+	if err != nil || v > math.MaxInt64 {
 		return 0, 0, fmt.Errorf("amount %q: %w", orig, ErrOverflow)
 	}
 	a := Amount(v)
@@ -156,22 +130,13 @@ func (a Amount) Append(dst []byte) []byte {
 // stay exact.
 func (a Amount) Fixed(places int) string {
 	s := a.String()
-	dot := -1
-	for i := 0; i < len(s); i++ {
-		if s[i] == '.' {
-			dot = i
-		}
-	}
 	have := 0
-	if dot >= 0 {
+	if dot := strings.IndexByte(s, '.'); dot >= 0 {
 		have = len(s) - dot - 1
 	} else if places > 0 {
 		s += "."
 	}
-	for ; have < places; have++ {
-		s += "0"
-	}
-	return s
+	return s + strings.Repeat("0", max(0, places-have))
 }
 
 // MarshalJSON writes the amount as a JSON string ("0.000001155"): exports and APIs carry money as

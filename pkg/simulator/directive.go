@@ -3,6 +3,7 @@ package simulator
 import (
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -31,6 +32,9 @@ var (
 	functionName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 )
 
+// directiveNames are the directives there are.
+var directiveNames = []string{"delay_ms", "first_byte_ms", "tokens", "status", "drop_after", "cached", "tool_call", "reasoning", "stream_error"}
+
 // maxDirectiveValue bounds numeric values so that delays cannot overflow a time.Duration.
 const maxDirectiveValue = 1_000_000_000
 
@@ -53,10 +57,13 @@ func parseDirectives(text string) (directives, error) {
 		}
 		n, err := strconv.Atoi(value)
 		if err != nil || n < 0 || n > maxDirectiveValue {
-			if !isDirective(name) {
+			if !slices.Contains(directiveNames, name) {
 				return d, badRequest("Unknown simulator directive %q.", name)
 			}
 			return d, badRequest("Invalid simulator directive %s: the value must be an integer from 0 to %d.", m[0], maxDirectiveValue)
+		}
+		if (name == "status" || name == "stream_error") && (n < 400 || n > 599 || http.StatusText(n) == "") {
+			return d, badRequest("Invalid simulator directive %s: the status must be a known HTTP status from 400 to 599.", m[0])
 		}
 		switch name {
 		case "delay_ms":
@@ -66,9 +73,6 @@ func parseDirectives(text string) (directives, error) {
 		case "tokens":
 			d.tokens = n
 		case "status":
-			if n < 400 || n > 599 || http.StatusText(n) == "" {
-				return d, badRequest("Invalid simulator directive %s: the status must be a known HTTP status from 400 to 599.", m[0])
-			}
 			d.status = n
 		case "drop_after":
 			d.dropAfter = n
@@ -77,21 +81,10 @@ func parseDirectives(text string) (directives, error) {
 		case "reasoning":
 			d.reasoning = n
 		case "stream_error":
-			if n < 400 || n > 599 || http.StatusText(n) == "" {
-				return d, badRequest("Invalid simulator directive %s: the status must be a known HTTP status from 400 to 599.", m[0])
-			}
 			d.streamError = n
 		default:
 			return d, badRequest("Unknown simulator directive %q.", name)
 		}
 	}
 	return d, nil
-}
-
-func isDirective(name string) bool {
-	switch name {
-	case "delay_ms", "first_byte_ms", "tokens", "status", "drop_after", "cached", "tool_call", "reasoning", "stream_error":
-		return true
-	}
-	return false
 }

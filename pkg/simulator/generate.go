@@ -483,7 +483,7 @@ func (g *generation) wrapText(c *textCompletion) any {
 	}
 	choices := make([]sglangTextChoice, len(c.Choices))
 	for i, ch := range c.Choices {
-		choices[i] = sglangTextChoice{Index: ch.Index, Text: ch.Text, FinishReason: ch.FinishReason}
+		choices[i] = sglangTextChoice{textChoice: ch}
 	}
 	return &sglangTextChunk{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: c.Usage}
 }

@@ -85,10 +85,11 @@ func errorType(status int) string {
 // (vLLM PR #22099): {"error":{"message","type","param","code"}}, code the status as a number.
 // SGLang sends the flat {"object":"error","message","type","param","code"}.
 func (s Software) errorBody(e *requestError) []byte {
+	info := errorInfo{Message: s.text(e), Type: errorType(e.status), Param: param(e.param), Code: e.status}
 	if s == SGLang {
-		return marshal(flatError{Object: "error", Message: e.message, Type: errorType(e.status), Param: param(e.param), Code: e.status})
+		return marshal(flatError{Object: "error", errorInfo: info}) // s.text is the bare message on SGLang
 	}
-	return marshal(nestedError{Error: errorInfo{Message: s.text(e), Type: errorType(e.status), Param: param(e.param), Code: e.status}})
+	return marshal(nestedError{Error: info})
 }
 
 // streamErrorEvent is the data of the error event a stream ends with (then [DONE]): the same
@@ -118,12 +119,10 @@ type errorInfo struct {
 	Code    int     `json:"code"`
 }
 
+// flatError is SGLang's error body: errorInfo's fields after "object".
 type flatError struct {
-	Object  string  `json:"object"`
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    int     `json:"code"`
+	Object string `json:"object"`
+	errorInfo
 }
 
 func param(p string) *string {

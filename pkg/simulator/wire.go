@@ -126,10 +126,8 @@ type sglangTextChunk struct {
 	Usage   *usage             `json:"usage"`
 }
 
+// sglangTextChoice is textChoice with "matched_stop": null after its fields.
 type sglangTextChoice struct {
-	Index        int       `json:"index"`
-	Text         string    `json:"text"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason *string   `json:"finish_reason"`
-	MatchedStop  *string   `json:"matched_stop"`
+	textChoice
+	MatchedStop *string `json:"matched_stop"`
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/neocloud/kiln/pkg/money"
 )
@@ -161,20 +160,4 @@ func (a *Aggregator) Fold(ctx context.Context, e Event) (bool, error) {
 		return false, err // the store names the generation
 	}
 	return applied, nil
-}
-
-// DayRange checks two UTC days ("2026-11-01") for a roll-up query: both valid, from ≤ to.
-func DayRange(from, to string) error {
-	f, err := time.Parse(time.DateOnly, from)
-	if err != nil {
-		return fmt.Errorf("day %q: want YYYY-MM-DD", from)
-	}
-	t, err := time.Parse(time.DateOnly, to)
-	if err != nil {
-		return fmt.Errorf("day %q: want YYYY-MM-DD", to)
-	}
-	if t.Before(f) {
-		return fmt.Errorf("day range %s..%s is empty", from, to)
-	}
-	return nil
 }

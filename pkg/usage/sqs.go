@@ -66,7 +66,7 @@ func (h *Handler) Invoke(ctx context.Context, payload json.RawMessage) (any, err
 	return h.Handle(ctx, batch)
 }
 
-// New returns a Handler that hands valid events to rec. A nil log discards.
+// NewHandler returns a Handler that hands valid events to rec. A nil log discards.
 func NewHandler(rec Recorder, log *slog.Logger) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

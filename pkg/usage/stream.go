@@ -69,7 +69,7 @@ func eventOfItem(img map[string]events.DynamoDBAttributeValue) (Event, error) {
 			return v, false
 		}
 		if v.DataType() != want {
-			errs = append(errs, fmt.Sprintf("%s: want a DynamoDB %s", name, typeName(want)))
+			errs = append(errs, fmt.Sprintf("%s: want a DynamoDB %s", name, typeNames[want]))
 			return v, false
 		}
 		return v, true
@@ -147,16 +147,11 @@ func attrText(img map[string]events.DynamoDBAttributeValue, name string) string 
 	return strconv.Quote(s)
 }
 
-func typeName(t events.DynamoDBDataType) string {
-	switch t {
-	case events.DataTypeString:
-		return "string (S)"
-	case events.DataTypeNumber:
-		return "number (N)"
-	case events.DataTypeBoolean:
-		return "boolean (BOOL)"
-	}
-	return fmt.Sprint(t)
+// typeNames are the attribute types a usage item holds, as messages name them.
+var typeNames = map[events.DynamoDBDataType]string{
+	events.DataTypeString:  "string (S)",
+	events.DataTypeNumber:  "number (N)",
+	events.DataTypeBoolean: "boolean (BOOL)",
 }
 
 // isStreamRecord tells a stream record from an EventBridge envelope by its eventSource member.
