@@ -247,7 +247,7 @@ func profileLowRate(cfg Config, st *stack, dir, pprofAddr string, seconds int) e
 			return err
 		}
 		fmt.Fprintf(cfg.Log, "== %s: %d requests, %d errors, p50 %v; gateway CPU %.3f ms per request; profile %s\n",
-			run.name, ph.requests, ph.errs, ph.total.q(.5), ph.cpuPerRequest(), path)
+			run.name, len(ph.total), ph.errs, ph.total.q(.5), ph.cpuPerRequest(), path)
 		pprofTop(cfg, path, "-nodecount=45")
 		pprofTop(cfg, path, "-cum", "-nodecount=45")
 	}

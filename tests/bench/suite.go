@@ -62,22 +62,26 @@ type Results struct {
 }
 
 // pair is one round of the same load against both targets, and, in the non-streaming phases,
-// against the bare proxy too (bare is empty in the others).
-type pair struct{ direct, gateway, bare phase }
+// against the bare proxy too (empty in the others), indexed by side.
+type pair [3]phase
 
+// memory is the RSS of each process before and while the slow streams were open, and the
+// gateway's live heap and stacks, measured on a stack of its own.
 type memory struct {
-	streams                   int
-	directOpened, gatewayOpen int
-	simIdle, simOpen          int64 // simulator RSS, direct streams
-	gwIdle, gwOpen            int64 // gateway RSS, streams through it
-	simIdleGw, simOpenGw      int64 // simulator RSS while serving the gateway's streams
-	proxyOpened               int
-	proxyIdle, proxyOpen      int64 // bare proxy RSS, streams through it
-	directErr, gatewayErr     error
-	proxyErr                  error
-	live                      liveMemoryResult // the gateway's live heap and stacks, on a stack of its own
-	liveErr                   error
+	streams                         int
+	direct, gateway, behind, proxy  held // behind: the simulator while it serves the gateway's streams
+	directErr, gatewayErr, proxyErr error
+	live                            liveMemoryResult
+	liveErr                         error
 }
+
+// held is one process's RSS before the streams through it opened and while they were open.
+type held struct {
+	opened       int
+	before, with int64
+}
+
+func (h held) perStream() float64 { return float64(h.with-h.before) / float64(h.opened) }
 
 type cold struct {
 	gateway, sim spread // ms from exec to the first 200
@@ -126,9 +130,9 @@ func Run(cfg Config) (*Results, error) {
 		}
 	}
 	logf("warming up")
-	closedLoop(st.direct, nonStreaming, 8, 0, time.Second, all)
-	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, all)
-	closedLoop(st.bare, nonStreaming, 8, 0, time.Second, all)
+	for _, t := range []target{st.direct, st.gateway, st.bare} {
+		closedLoop(t, nonStreaming, 8, 0, time.Second, all)
+	}
 	rates := func() {
 		if cfg.RateFor > 0 {
 			logf("rate phases: %d rounds of %v at %d/s", cfg.RateRounds, cfg.RateFor, lowRate)
@@ -154,33 +158,28 @@ func Run(cfg Config) (*Results, error) {
 	logf("memory: live heap and stacks of %d slow streams", cfg.Streams)
 	res.Memory.live, res.Memory.liveErr = measureLiveMemory(cfg, cfg.Streams)
 
-	// rounds measures f (direct) and g (the gateway), and b (the bare proxy) unless it is nil,
+	// rounds measures the direct target and the gateway, and the bare proxy too when bare,
 	// cfg.Rounds times. The order reverses every round (direct, bare, gateway; then gateway,
 	// bare, direct) so that a steady drift in the machine's speed hits all of them alike.
-	rounds := func(what string, f, g, b func() phase) []pair {
+	rounds := func(what string, bare bool, measure func(target) phase) []pair {
+		targets, order := [3]target{st.direct, st.gateway, st.bare}, []side{ofDirect, ofBare, ofGateway}
+		if !bare {
+			order = []side{ofDirect, ofGateway}
+		}
 		var ps []pair
 		for r := range cfg.Rounds {
 			var p pair
-			steps := []func(){func() { p.direct = f() }, func() { p.gateway = g() }}
-			if b != nil {
-				steps = slices.Insert(steps, 1, func() { p.bare = b() })
+			for _, s := range alternate(r, order) {
+				p[s] = measure(targets[s])
 			}
-			if r%2 == 1 {
-				slices.Reverse(steps)
-			}
-			for _, step := range steps {
-				step()
-			}
-			line := fmt.Sprintf("%s round %d: direct %s; gateway %s", what, r+1, p.direct.summary(), p.gateway.summary())
-			measured := []phase{p.direct, p.gateway}
-			if b != nil {
-				line += "; bare proxy " + p.bare.summary()
-				measured = append(measured, p.bare)
+			line := fmt.Sprintf("%s round %d: direct %s; gateway %s", what, r+1, p[ofDirect].summary(), p[ofGateway].summary())
+			if bare {
+				line += "; bare proxy " + p[ofBare].summary()
 			}
 			logf("%s", line)
-			for _, ph := range measured {
-				if ph.firstErr != nil {
-					res.Errors = append(res.Errors, fmt.Sprintf("%s round %d: %v", what, r+1, ph.firstErr))
+			for _, s := range order {
+				if err := p[s].firstErr; err != nil {
+					res.Errors = append(res.Errors, fmt.Sprintf("%s round %d: %v", what, r+1, err))
 				}
 			}
 			ps = append(ps, p)
@@ -188,26 +187,20 @@ func Run(cfg Config) (*Results, error) {
 		return ps
 	}
 	for _, n := range cfg.Conns {
-		res.Closed[n] = rounds(fmt.Sprintf("non-streaming, %d connections", n),
-			func() phase { return closedLoop(st.direct, nonStreaming, n, cfg.Warmup, cfg.Duration, all) },
-			func() phase { return closedLoop(st.gateway, nonStreaming, n, cfg.Warmup, cfg.Duration, all) },
-			func() phase { return closedLoop(st.bare, nonStreaming, n, cfg.Warmup, cfg.Duration, all) })
+		res.Closed[n] = rounds(fmt.Sprintf("non-streaming, %d connections", n), true,
+			func(t target) phase { return closedLoop(t, nonStreaming, n, cfg.Warmup, cfg.Duration, all) })
 	}
-	res.Short = rounds("streaming 16 tokens, 8 connections",
-		func() phase { return closedLoop(st.direct, shortStream, 8, cfg.Warmup, cfg.Duration, all) },
-		func() phase { return closedLoop(st.gateway, shortStream, 8, cfg.Warmup, cfg.Duration, all) }, nil)
+	res.Short = rounds("streaming 16 tokens, 8 connections", false,
+		func(t target) phase { return closedLoop(t, shortStream, 8, cfg.Warmup, cfg.Duration, all) })
 	// At one connection the cores are mostly idle: the gateway's reads find fewer chunks, and its
 	// threads sleep and wake more often; at eight it is busy and its reads find more chunks waiting.
 	for _, n := range []int{1, 8} {
-		res.Long[n] = rounds("streaming 1,000 tokens, "+connections(n),
-			func() phase { return closedLoop(st.direct, longStream, n, cfg.Warmup, cfg.Duration, all) },
-			func() phase { return closedLoop(st.gateway, longStream, n, cfg.Warmup, cfg.Duration, all) }, nil)
+		res.Long[n] = rounds("streaming 1,000 tokens, "+connections(n), false,
+			func(t target) phase { return closedLoop(t, longStream, n, cfg.Warmup, cfg.Duration, all) })
 	}
 	if cfg.OpenRate > 0 {
-		res.Open = rounds(fmt.Sprintf("open loop %.0f/s", cfg.OpenRate),
-			func() phase { return openLoop(st.direct, cfg.OpenRate, cfg.OpenFor, all) },
-			func() phase { return openLoop(st.gateway, cfg.OpenRate, cfg.OpenFor, all) },
-			func() phase { return openLoop(st.bare, cfg.OpenRate, cfg.OpenFor, all) })
+		res.Open = rounds(fmt.Sprintf("open loop %.0f/s", cfg.OpenRate), true,
+			func(t target) phase { return openLoop(t, cfg.OpenRate, cfg.OpenFor, all) })
 	}
 
 	if !cfg.OnlyRates {
@@ -375,35 +368,34 @@ func freeAddr() (string, error) {
 // slow streams through each are open.
 func measureMemory(st *stack, n int) memory {
 	m := memory{streams: n}
-	before, with, opened, err := heldRSS(st.direct, n, st.sim.pid())
-	m.simIdle, m.simOpen, m.directOpened, m.directErr = before[0], with[0], opened, err
-	before, with, opened, err = heldRSS(st.gateway, n, st.gw.pid(), st.sim.pid())
-	m.gwIdle, m.simIdleGw, m.gwOpen, m.simOpenGw, m.gatewayOpen, m.gatewayErr = before[0], before[1], with[0], with[1], opened, err
+	hs, err := heldRSS(st.direct, n, st.sim.pid())
+	m.direct, m.directErr = hs[0], err
+	hs, err = heldRSS(st.gateway, n, st.gw.pid(), st.sim.pid())
+	m.gateway, m.behind, m.gatewayErr = hs[0], hs[1], err
 	// What net/http alone holds on both sides of a proxied stream.
-	before, with, opened, err = heldRSS(st.bare, n, st.proxy.pid())
-	m.proxyIdle, m.proxyOpen, m.proxyOpened, m.proxyErr = before[0], with[0], opened, err
+	hs, err = heldRSS(st.bare, n, st.proxy.pid())
+	m.proxy, m.proxyErr = hs[0], err
 	return m
 }
 
 // heldRSS opens n slow streams through t and reads the RSS of the processes pids before they
 // opened and while they are open; then it closes them and waits a second for their settlement.
-func heldRSS(t target, n int, pids ...int) (before, with []int64, opened int, err error) {
-	read := func() []int64 {
-		out := make([]int64, len(pids))
-		for i, pid := range pids {
-			var rerr error
-			out[i], rerr = rss(pid)
-			err = errors.Join(err, rerr)
-		}
-		return out
+func heldRSS(t target, n int, pids ...int) ([]held, error) {
+	hs := make([]held, len(pids))
+	var rssErrs []error
+	for i, pid := range pids {
+		b, err := rss(pid)
+		hs[i].before, rssErrs = b, append(rssErrs, err)
 	}
-	before = read()
 	opened, closeAll, openErr := openStreams(t, n, 30*time.Second)
 	time.Sleep(500 * time.Millisecond)
-	with = read()
+	for i, pid := range pids {
+		w, err := rss(pid)
+		hs[i].with, hs[i].opened, rssErrs = w, opened, append(rssErrs, err)
+	}
 	closeAll()
 	time.Sleep(time.Second)
-	return before, with, opened, errors.Join(openErr, err)
+	return hs, errors.Join(openErr, errors.Join(rssErrs...))
 }
 
 // measureColdStart times, for each binary, exec to the first 200 answer to a chat completion;
