@@ -33,55 +33,41 @@ type lambdaCold struct {
 // lambdaTimes are a store's lambdaStarts, one per round.
 type lambdaTimes struct{ init, cold, warm spread }
 
-// lambdaStore is a store the bootstrap runs on, holding the benchmark's organization.
-type lambdaStore struct {
-	name  string
-	env   []string // KILN_STORE and where the store is
-	key   string
-	times *lambdaTimes
-}
-
 // measureLambdaColdStart builds the gateway's bootstrap as the release is built, and times, on
 // DynamoDB (DynamoDB Local, seeded through kilnctl) and on the run's embedded store, exec to the
 // end of the first invocation's 200 response under a loopback Runtime API (see lambdaColdStart).
 // The first start on each store is not counted: it warms DynamoDB Local's JVM, which on AWS is
-// always warm.
+// always warm. Then it compares the memory sizes on DynamoDB (measureLambdaMemory).
 func measureLambdaColdStart(st *stack, repo string, rounds int) (c lambdaCold) {
 	task := filepath.Join(st.dir, "lambda-gateway")
 	if err := buildLambda(repo, task, filepath.Join(st.dir, "catalog.yaml")); err != nil {
 		c.err = err
 		return c
 	}
-	stores := []lambdaStore{{name: "sqlite", key: st.key, times: &c.sqlite,
+	// A store the bootstrap runs on, holding the benchmark's organization.
+	type store struct {
+		name  string
+		env   []string // KILN_STORE and where the store is
+		key   string
+		times *lambdaTimes
+	}
+	stores := []store{{name: "sqlite", key: st.key, times: &c.sqlite,
 		env: []string{"KILN_STORE=sqlite", "KILN_DATA_DIR=" + filepath.Join(st.dir, "data")}}}
-
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ddb, env, key, err := onDynamoDBLocal(ctx, st, "kilnbench-")
+	ddb, env, key, err := onDynamoDBLocal(ctx, st, lambdaTablePrefix)
 	if ddb != nil {
 		defer ddb.Stop()
 	}
 	if err == nil {
-		stores = append([]lambdaStore{{name: "dynamodb", key: key, times: &c.dynamo, env: env}}, stores...)
+		stores = append([]store{{name: "dynamodb", key: key, times: &c.dynamo, env: env}}, stores...)
 	} else {
 		c.err = fmt.Errorf("Lambda bootstrap on DynamoDB Local: %w", err)
 	}
 
 	body := st.gateway.body(nonStreaming)
-	if len(stores) > 1 {
-		defer func() {
-			if c.err == nil {
-				c.memory = measureLambdaMemory(st, repo, task, ddb.Endpoint, stores[0].key, stores[0].env, rounds)
-			}
-		}()
-	}
 	for r := -1; r < rounds; r++ {
-		for i := range stores {
-			// Alternate the order so that drift in the machine's speed hits both.
-			s := stores[i]
-			if r%2 != 0 {
-				s = stores[len(stores)-1-i]
-			}
+		for _, s := range alternate(r, stores) {
 			event, err := functionURLEvent(repo, s.key, body)
 			if err != nil {
 				c.err = err
@@ -98,6 +84,9 @@ func measureLambdaColdStart(st *stack, repo string, rounds int) (c lambdaCold) {
 				s.times.warm = append(s.times.warm, t.warm)
 			}
 		}
+	}
+	if len(stores) > 1 && c.err == nil {
+		c.memory = measureLambdaMemory(st, repo, task, ddb.Endpoint, key, env, rounds)
 	}
 	return c
 }
@@ -147,23 +136,13 @@ type lambdaStart struct{ init, cold, warm float64 }
 // env, under a Runtime API holding event, times its first invocation and then a second one
 // of the same event. The process is then killed, as Lambda ends an execution environment.
 func lambdaColdStart(task string, env []string, event []byte, logPath string) (lambdaStart, error) {
-	var s lambdaStart
-	b, err := startBootstrap(task, env, nil, event, logPath)
+	b, first, err := startBootstrap(task, env, nil, event, logPath)
 	if err != nil {
-		return s, err
+		return lambdaStart{}, err
 	}
 	defer b.stop()
-	end, err := b.wait(requestID(1))
-	if err != nil {
-		return s, err
-	}
-	s.cold, s.init = ms(end.at.Sub(b.started)), ms((<-b.api.asked).Sub(b.started))
 	queued, warm, err := b.invoke(event)
-	if err != nil {
-		return s, err
-	}
-	s.warm = ms(warm.at.Sub(queued))
-	return s, nil
+	return lambdaStart{init: ms(b.inited.Sub(b.started)), cold: ms(first.at.Sub(b.started)), warm: ms(warm.at.Sub(queued))}, err
 }
 
 // bootstrap is the gateway's bootstrap running under a loopback Runtime API, as in one Lambda
@@ -173,29 +152,26 @@ type bootstrap struct {
 	cmd     *exec.Cmd
 	logPath string
 	started time.Time     // when it was executed
+	inited  time.Time     // when it first asked for an invocation: its init had ended
 	exited  chan struct{} // closed when it has exited
 	mu      sync.Mutex    // one invocation at a time, as Lambda sends them to an environment
 	n       int           // invocations so far
 }
 
 // startBootstrap execs the bootstrap in task with the environment Lambda gives a function plus
-// env, with first queued as its first invocation (which the caller waits for with wait). With a
-// limit, the process is in that cgroup from its first instruction (a shell puts itself there and
-// execs the bootstrap), so that its init runs under the limit and the Go runtime sees it as it
-// would on Lambda.
-func startBootstrap(task string, env []string, limit *cpuLimit, first []byte, logPath string) (_ *bootstrap, err error) {
+// env, and returns once it has answered first, its first invocation. With a limit, the process
+// is in that cgroup from its first instruction (a shell puts itself there and execs the
+// bootstrap), so that its init runs under the limit and the Go runtime sees it as it would on
+// Lambda.
+func startBootstrap(task string, env []string, limit *cpuLimit, first []byte, logPath string) (_ *bootstrap, _ invocationEnd, err error) {
 	api, err := startRuntimeAPI()
 	if err != nil {
-		return nil, err
+		return nil, invocationEnd{}, err
 	}
-	defer func() {
-		if err != nil {
-			api.close()
-		}
-	}()
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return nil, err
+		api.close()
+		return nil, invocationEnd{}, err
 	}
 	defer logf.Close() // the child holds its own descriptor
 	bin := filepath.Join(task, "bootstrap")
@@ -223,10 +199,17 @@ func startBootstrap(task string, env []string, limit *cpuLimit, first []byte, lo
 	api.queue <- invocation{id: requestID(1), event: first}
 	b.started = time.Now()
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		api.close()
+		return nil, invocationEnd{}, err
 	}
 	go func() { _ = cmd.Wait(); close(b.exited) }()
-	return b, nil
+	end, err := b.wait(requestID(1))
+	if err != nil {
+		b.stop()
+		return nil, end, err
+	}
+	b.inited = <-api.asked
+	return b, end, nil
 }
 
 func (b *bootstrap) pid() int { return b.cmd.Process.Pid }

@@ -194,14 +194,11 @@ func dynamoRateRows(ctx context.Context, cfg Config, st *stack) (rows []*rateRow
 	if err != nil {
 		return rows, stop, err
 	}
-	b, err := startBootstrap(task, storeEnv, nil, event, filepath.Join(st.dir, "lambda-rate.log"))
+	b, _, err := startBootstrap(task, storeEnv, nil, event, filepath.Join(st.dir, "lambda-rate.log"))
 	if err != nil {
-		return rows, stop, err
-	}
-	stop = append(stop, b.stop)
-	if _, err := b.wait(requestID(1)); err != nil {
 		return rows, stop, fmt.Errorf("Lambda bootstrap on DynamoDB Local: %w", err)
 	}
+	stop = append(stop, b.stop)
 	rows = append(rows, &rateRow{what: "DynamoDB Local, Lambda bootstrap", rate: lowRate, target: 1, onAWS: true,
 		gateway: server{name: "bootstrap", pid: b.pid(), send: func() error {
 			_, _, err := b.invoke(event)

@@ -181,10 +181,10 @@ func fixtureLambdaMemory() lambdaMemory {
 		fold:     foldCost{records: 287, bodyBytes: 1263, single: 6, batched: 2.08, batchMS: 39}}
 	for i := range 3 {
 		f := float64(i)
-		r := memoryRound{free: memoryStart{cold: 29.6 + f, firstByte: 5.4 + f/2, whole: 13.3 + f}, at: map[int]memoryStart{}}
+		r := memoryRound{0: memoryStart{cold: 29.6 + f, firstByte: 5.4 + f/2, whole: 13.3 + f}}
 		for _, mb := range lambdaMemorySizes {
 			slow := 1024 / float64(mb)
-			r.at[mb] = memoryStart{cold: 40 + 12*slow + f, firstByte: 5 + slow/2 + f/3, whole: 14 + slow + f/2, throttled: 0.05 * slow}
+			r[mb] = memoryStart{cold: 40 + 12*slow + f, firstByte: 5 + slow/2 + f/3, whole: 14 + slow + f/2, throttled: 0.05 * slow}
 		}
 		m.rounds = append(m.rounds, r)
 	}

@@ -57,11 +57,11 @@ func (s spread) fmt(f string) string {
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
-// alternate is items in round r's order: as they are in even rounds, reversed in odd ones, so
-// that a steady drift in the machine's speed hits every item alike.
+// alternate is items in round r's order: as they are in even rounds, reversed in odd ones
+// (-1 among them), so that a steady drift in the machine's speed hits every item alike.
 func alternate[T any](r int, items []T) []T {
 	s := slices.Clone(items)
-	if r%2 == 1 {
+	if r%2 != 0 {
 		slices.Reverse(s)
 	}
 	return s

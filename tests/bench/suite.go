@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
+	"github.com/neocloud/kiln/tests/internal/build"
 )
 
 // Config is what a run measures and how long.
@@ -240,28 +241,23 @@ func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &stack{dir: dir, simBin: filepath.Join(dir, "simserver"), ctlBin: filepath.Join(dir, "kilnctl"),
-		proxyBin: filepath.Join(dir, "bareproxy"), gwBin: cfg.GatewayBin}
+	st := &stack{dir: dir, gwBin: cfg.GatewayBin}
 	defer func() {
 		if err != nil {
 			st.proxy.stop()
 			st.sim.stop()
 		}
 	}()
-	builds := map[string]string{st.simBin: "./tests/bench/cmd/simserver", st.ctlBin: "./infra/kilnctl",
-		st.proxyBin: "./tests/bench/cmd/bareproxy"}
-	tags := map[string]string{}
-	if st.gwBin == "" || gwTags != "" {
-		st.gwBin = filepath.Join(dir, "gateway")
-		builds[st.gwBin], tags[st.gwBin] = "./functions/gateway", gwTags
+	bins, err := build.In(cfg.Repo, dir, []string{"-trimpath"}, "./tests/bench/cmd/simserver", "./infra/kilnctl", "./tests/bench/cmd/bareproxy")
+	if err != nil {
+		return nil, err
 	}
-	for out, pkg := range builds {
-		cmd := exec.Command("go", "build", "-trimpath", "-tags="+tags[out], "-o", out, pkg)
-		cmd.Dir = cfg.Repo
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	st.simBin, st.ctlBin, st.proxyBin = bins[0], bins[1], bins[2]
+	if st.gwBin == "" || gwTags != "" {
+		if bins, err = build.In(cfg.Repo, dir, []string{"-trimpath", "-tags=" + gwTags}, "./functions/gateway"); err != nil {
+			return nil, err
 		}
+		st.gwBin = bins[0]
 	}
 
 	st.sim, err = start("simulator", st.simBin, nil, []string{"PATH=" + os.Getenv("PATH")}, filepath.Join(dir, "simserver.log"))
