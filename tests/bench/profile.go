@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -219,9 +218,7 @@ func liveMemory(pprofAddr, path string) (memStats, error) {
 // the embedded store of st and on DynamoDB Local: where a request's fixed costs go when nothing
 // amortises them.
 func profileLowRate(cfg Config, st *stack, dir, pprofAddr string, seconds int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ddb, storeEnv, key, err := onDynamoDBLocal(ctx, st, "kilnprof-")
+	ddb, storeEnv, key, err := onDynamoDBLocal(st, "kilnprof-")
 	if ddb != nil {
 		defer ddb.Stop()
 	}

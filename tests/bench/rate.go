@@ -2,7 +2,6 @@ package bench
 
 import (
 	"cmp"
-	"context"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -110,9 +109,7 @@ func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults 
 		sqlite.baseline, sqliteHigh.baseline = &b, &b
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	dynamoRows, stopDynamo, err := dynamoRateRows(ctx, cfg, st)
+	dynamoRows, stopDynamo, err := dynamoRateRows(cfg, st)
 	stop = append(stop, stopDynamo...)
 	if err != nil {
 		res.err = err
@@ -160,8 +157,8 @@ func (row *rateRow) servers() []*server {
 // dynamoRateRows starts DynamoDB Local with the benchmark's organization on its tables, a local
 // server on them (and the baseline's, if any) and the Lambda bootstrap, and returns their rows
 // at lowRate and what stops them.
-func dynamoRateRows(ctx context.Context, cfg Config, st *stack) (rows []*rateRow, stop []func(), err error) {
-	ddb, storeEnv, key, err := onDynamoDBLocal(ctx, st, "kilnrate-")
+func dynamoRateRows(cfg Config, st *stack) (rows []*rateRow, stop []func(), err error) {
+	ddb, storeEnv, key, err := onDynamoDBLocal(st, "kilnrate-")
 	if ddb != nil {
 		stop = append(stop, ddb.Stop)
 	}
@@ -186,8 +183,8 @@ func dynamoRateRows(ctx context.Context, cfg Config, st *stack) (rows []*rateRow
 	}
 	rows = append(rows, local)
 
-	task := filepath.Join(st.dir, "lambda-rate")
-	if err := buildLambda(cfg.Repo, task, filepath.Join(st.dir, "catalog.yaml")); err != nil {
+	task, err := st.lambdaTask(cfg.Repo)
+	if err != nil {
 		return rows, stop, err
 	}
 	event, err := functionURLEvent(cfg.Repo, key, st.gateway.body(nonStreaming))

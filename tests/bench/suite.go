@@ -336,7 +336,9 @@ func sender(t target) func() error {
 // onDynamoDBLocal starts DynamoDB Local, creates through kilnctl the tables under prefix and the
 // benchmark's organization on them, and returns the server (which the caller stops, also after
 // an error), the store's environment for a gateway and the organization's key.
-func onDynamoDBLocal(ctx context.Context, st *stack, prefix string) (*dynamotest.Server, []string, string, error) {
+func onDynamoDBLocal(st *stack, prefix string) (*dynamotest.Server, []string, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	ddb, err := dynamotest.StartDynamoDBLocal(ctx)
 	if err != nil {
 		return nil, nil, "", err
