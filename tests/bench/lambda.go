@@ -362,6 +362,10 @@ func readResponse(r *http.Request) invocationEnd {
 	}
 	b := buf.Bytes()
 	e.at = time.Now()
+	head, body, ok := bytes.Cut(b, make([]byte, 8))
+	var p struct {
+		StatusCode int `json:"statusCode"`
+	}
 	switch {
 	case err != nil:
 		e.err = fmt.Errorf("read the response: %w", err)
@@ -369,21 +373,11 @@ func readResponse(r *http.Request) invocationEnd {
 		e.err = fmt.Errorf("response of type %q, want %q: %.300s", r.Header.Get("Content-Type"), integrationResponse, b)
 	case r.Trailer.Get("Lambda-Runtime-Function-Error-Type") != "":
 		e.err = fmt.Errorf("function error %s: %s", r.Trailer.Get("Lambda-Runtime-Function-Error-Type"), r.Trailer.Get("Lambda-Runtime-Function-Error-Body"))
-	}
-	if e.err != nil {
-		return e
-	}
-	head, body, ok := bytes.Cut(b, make([]byte, 8))
-	var p struct {
-		StatusCode int `json:"statusCode"`
-	}
-	if !ok || json.Unmarshal(head, &p) != nil {
+	case !ok || json.Unmarshal(head, &p) != nil:
 		e.err = fmt.Errorf("no JSON prelude and eight NUL bytes in %.300q", b)
-		return e
-	}
-	if p.StatusCode != http.StatusOK {
+	case p.StatusCode != http.StatusOK:
 		e.err = fmt.Errorf("status %d: %.300s", p.StatusCode, body)
-	} else if len(body) == 0 {
+	case len(body) == 0:
 		e.err = errors.New("status 200 with an empty body")
 	}
 	return e

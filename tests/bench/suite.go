@@ -204,9 +204,7 @@ func Run(cfg Config) (*Results, error) {
 			func(t target) phase { return openLoop(t, cfg.OpenRate, cfg.OpenFor, all) })
 	}
 
-	if !cfg.OnlyRates {
-		rates()
-	}
+	rates()
 
 	logf("cold start: %d rounds", cfg.ColdStarts)
 	st.gw.stop()
@@ -398,17 +396,15 @@ func heldRSS(t target, n int, pids ...int) ([]held, error) {
 
 // measureColdStart times, for each binary, exec to the first 200 answer to a chat completion;
 // the gateway restarts on the data directory the run already created.
-func measureColdStart(st *stack, rounds int) cold {
-	var c cold
+func measureColdStart(st *stack, rounds int) (c cold) {
 	for r := range rounds {
-		ms, err := coldStart(st.simBin, nil, []string{"PATH=" + os.Getenv("PATH")}, "-addr", st.direct, "Qwen/Qwen3-32B", filepath.Join(st.dir, "cold-sim.log"))
+		ms, err := coldStart(st.simBin, []string{"PATH=" + os.Getenv("PATH")}, "-addr", st.direct, filepath.Join(st.dir, "cold-sim.log"))
 		if err != nil {
 			c.err = err
 			return c
 		}
 		c.sim = append(c.sim, ms)
-		ms, err = coldStart(st.gwBin, st.env, nil, "", st.gateway, "qwen3-32b", filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r)))
-		if err != nil {
+		if ms, err = coldStart(st.gwBin, st.env, "", st.gateway, filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r))); err != nil {
 			c.err = err
 			return c
 		}
@@ -417,28 +413,24 @@ func measureColdStart(st *stack, rounds int) cold {
 	return c
 }
 
-// coldStart execs bin listening on a free port (through addrFlag, or KILN_ADDR in env) and
-// returns the milliseconds until a chat completion first answers 200.
-func coldStart(bin string, env, extraEnv []string, addrFlag string, t target, model, logPath string) (float64, error) {
+// coldStart execs bin with env, listening on a free port (through addrFlag, or KILN_ADDR), and
+// returns the milliseconds until a chat completion to t there first answers 200.
+func coldStart(bin string, env []string, addrFlag string, t target, logPath string) (float64, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return 0, err
 	}
-	var args []string
+	cmd := exec.Command(bin)
+	cmd.Env = append(slices.Clone(env), "KILN_ADDR="+addr)
 	if addrFlag != "" {
-		args = []string{addrFlag, addr}
-	}
-	e := append(append([]string(nil), env...), extraEnv...)
-	if addrFlag == "" {
-		e = append(e, "KILN_ADDR="+addr)
+		cmd = exec.Command(bin, addrFlag, addr)
+		cmd.Env = env
 	}
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return 0, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = e
 	cmd.Stderr = logf
 	t.url = "http://" + addr + "/v1/chat/completions"
 	body := t.body(nonStreaming)
@@ -447,18 +439,13 @@ func coldStart(bin string, env, extraEnv []string, addrFlag string, t target, mo
 	if err := cmd.Start(); err != nil {
 		return 0, err
 	}
-	p := &proc{name: bin, cmd: cmd}
-	defer p.stop()
+	defer (&proc{name: bin, cmd: cmd}).stop()
 	for time.Since(started) < 10*time.Second {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			time.Sleep(200 * time.Microsecond)
-			continue
-		}
-		conn.Close()
-		_, err = call(context.Background(), c, t, body, false)
-		if err == nil {
-			return float64(time.Since(started)) / float64(time.Millisecond), nil
+		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			conn.Close()
+			if _, err := call(context.Background(), c, t, body, false); err == nil {
+				return ms(time.Since(started)), nil
+			}
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
@@ -491,11 +478,10 @@ func kilnctl(ctlBin string, env []string, args ...string) ([]byte, error) {
 	cmd := exec.Command(ctlBin, args...)
 	cmd.Env = env
 	out, err := cmd.Output()
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		err = fmt.Errorf("%v\n%s", err, ee.Stderr)
+	}
 	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return nil, fmt.Errorf("kilnctl %s: %v\n%s", strings.Join(args, " "), err, ee.Stderr)
-		}
 		return nil, fmt.Errorf("kilnctl %s: %w", strings.Join(args, " "), err)
 	}
 	return out, nil
