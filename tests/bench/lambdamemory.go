@@ -85,7 +85,8 @@ func measureLambdaMemory(st *stack, repo, task, dynamoEndpoint, key string, env 
 		m.rounds = append(m.rounds, round)
 	}
 	m.logBytes, m.logLines = m.logBytes/float64(m.requests), m.logLines/float64(m.requests)
-	m.fold = measureFold(counter, lambdaTablePrefix)
+	m.fold, err = measureFold(counter, lambdaTablePrefix)
+	m.fold.err = err
 	return m
 }
 
