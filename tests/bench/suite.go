@@ -232,8 +232,8 @@ func Run(cfg Config) (*Results, error) {
 }
 
 // setUp builds the binaries and starts the simulator, the bare proxy in front of it and the
-// gateway (gwPkg overrides the gateway's package, for the profiling build), with an organization
-// that load cannot exhaust.
+// gateway (built with gwTags and gwEnv added to its environment, for the profiling build), with
+// an organization that load cannot exhaust.
 func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
 	dir, err := os.MkdirTemp("", "kilnbench-")
 	if err != nil {
@@ -398,17 +398,17 @@ func heldRSS(t target, n int, pids ...int) ([]held, error) {
 // the gateway restarts on the data directory the run already created.
 func measureColdStart(st *stack, rounds int) (c cold) {
 	for r := range rounds {
-		ms, err := coldStart(st.simBin, []string{"PATH=" + os.Getenv("PATH")}, "-addr", st.direct, filepath.Join(st.dir, "cold-sim.log"))
+		took, err := coldStart(st.simBin, []string{"PATH=" + os.Getenv("PATH")}, "-addr", st.direct, filepath.Join(st.dir, "cold-sim.log"))
 		if err != nil {
 			c.err = err
 			return c
 		}
-		c.sim = append(c.sim, ms)
-		if ms, err = coldStart(st.gwBin, st.env, "", st.gateway, filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r))); err != nil {
+		c.sim = append(c.sim, took)
+		if took, err = coldStart(st.gwBin, st.env, "", st.gateway, filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r))); err != nil {
 			c.err = err
 			return c
 		}
-		c.gateway = append(c.gateway, ms)
+		c.gateway = append(c.gateway, took)
 	}
 	return c
 }
