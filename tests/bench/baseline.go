@@ -11,12 +11,11 @@ import (
 // commit's, Config.BaselineBin) on the same simulator, each on an embedded store of its own: the
 // figures a change must not make worse by more than a given share (issue 18: 15 %).
 type baselineResults struct {
-	bin        string
-	closed     [][2]phase // non-streamed, 8 connections: gateway, baseline
-	streams    [][2]phase // 1,000-token streams, 8 connections
-	idle       [][2]float64
-	idleOpened [][2]int
-	err        error
+	bin     string
+	closed  [][2]phase // non-streamed, 8 connections: gateway, baseline
+	streams [][2]phase // 1,000-token streams, 8 connections
+	idle    [][2]float64
+	err     error
 }
 
 // compareBaseline measures the gateway st.gw and the baseline binary in cfg.Rounds rounds whose
@@ -37,19 +36,13 @@ func compareBaseline(cfg Config, st *stack, logf func(string, ...any)) baselineR
 	closedLoop(base, nonStreaming, 8, 0, time.Second, watch{}) // warm up, as the gateway was
 
 	for r := range cfg.Rounds {
-		order := []int{0, 1}
-		if r%2 == 1 {
-			order = []int{1, 0}
-		}
 		var closed, streams [2]phase
 		var idle [2]float64
-		var opened [2]int
-		for _, i := range order {
+		for _, i := range alternate(r, []int{0, 1}) {
 			w := watch{"gateway": pids[i]}
 			closed[i] = closedLoop(targets[i], nonStreaming, 8, cfg.Warmup, cfg.Duration, w)
 			streams[i] = closedLoop(targets[i], longStream, 8, cfg.Warmup, cfg.Duration, w)
-			idle[i], opened[i], err = rssPerStream(targets[i], pids[i], cfg.Streams)
-			if err != nil {
+			if idle[i], err = rssPerStream(targets[i], pids[i], cfg.Streams); err != nil {
 				res.err = fmt.Errorf("%s, round %d: %w", names[i], r+1, err)
 			}
 		}
@@ -64,8 +57,7 @@ func compareBaseline(cfg Config, st *stack, logf func(string, ...any)) baselineR
 		if !answered { // a ratio of nothing would read as 0 µs: the round is left out, its error says why
 			continue
 		}
-		res.closed, res.streams = append(res.closed, closed), append(res.streams, streams)
-		res.idle, res.idleOpened = append(res.idle, idle), append(res.idleOpened, opened)
+		res.closed, res.streams, res.idle = append(res.closed, closed), append(res.streams, streams), append(res.idle, idle)
 	}
 	return res
 }
@@ -100,10 +92,10 @@ func startBaseline(cfg Config, st *stack, data, logName string) (*proc, string, 
 
 // rssPerStream opens n slow streams through t and returns how much the process pid's RSS grew
 // per stream that opened.
-func rssPerStream(t target, pid, n int) (float64, int, error) {
-	before, with, opened, err := heldRSS(t, n, pid)
-	if opened == 0 {
-		return 0, 0, fmt.Errorf("no stream of %d opened: %v", n, err)
+func rssPerStream(t target, pid, n int) (float64, error) {
+	hs, err := heldRSS(t, n, pid)
+	if hs[0].opened == 0 {
+		return 0, fmt.Errorf("no stream of %d opened: %v", n, err)
 	}
-	return float64(with[0]-before[0]) / float64(opened), opened, err
+	return hs[0].perStream(), err
 }

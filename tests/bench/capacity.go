@@ -29,7 +29,7 @@ type capacityCounter struct {
 	srv *http.Server
 
 	mu     sync.Mutex
-	ops    map[string]*opCapacity
+	ops    map[string]opCapacity
 	tables map[string]float64 // write units by table, and by "table/index/name" for a global secondary index
 }
 
@@ -48,7 +48,7 @@ func startCapacityCounter(target string) (*capacityCounter, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &capacityCounter{URL: "http://" + ln.Addr().String(), ops: map[string]*opCapacity{}, tables: map[string]float64{}}
+	c := &capacityCounter{URL: "http://" + ln.Addr().String(), ops: map[string]opCapacity{}, tables: map[string]float64{}}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(u)
@@ -152,10 +152,6 @@ func (c *capacityCounter) count(resp *http.Response) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	o := c.ops[op]
-	if o == nil {
-		o = &opCapacity{}
-		c.ops[op] = o
-	}
 	o.Calls++
 	items := map[string]float64{}
 	for _, kv := range strings.Split(resp.Request.Header.Get(transactItemsHeader), ",") {
@@ -189,6 +185,7 @@ func (c *capacityCounter) count(resp *http.Response) error {
 		}
 		c.tables[u.TableName] += table
 	}
+	c.ops[op] = o
 	return nil
 }
 
@@ -205,12 +202,8 @@ func readOp(op string) bool {
 func (c *capacityCounter) take() (map[string]opCapacity, map[string]float64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m := make(map[string]opCapacity, len(c.ops))
-	for op, o := range c.ops {
-		m[op] = *o
-	}
-	t := maps.Clone(c.tables)
+	ops, tables := maps.Clone(c.ops), maps.Clone(c.tables)
 	clear(c.ops)
 	clear(c.tables)
-	return m, t
+	return ops, tables
 }

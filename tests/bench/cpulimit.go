@@ -75,8 +75,12 @@ func newCPULimit(name string, memoryMB int) (*cpuLimit, error) {
 // procs is the file a process id is written to, to move that process into the cgroup.
 func (l *cpuLimit) procs() string { return filepath.Join(l.dir, "cgroup.procs") }
 
-// throttled reads from cpu.stat how many periods the cgroup's processes were held back in.
+// throttled reads from cpu.stat how many periods the cgroup's processes were held back in; 0
+// without a limit.
 func (l *cpuLimit) throttled() (periods int64, err error) {
+	if l == nil {
+		return 0, nil
+	}
 	b, err := os.ReadFile(filepath.Join(l.dir, "cpu.stat"))
 	if err != nil {
 		return 0, err

@@ -38,24 +38,21 @@ func (b *bodies) Send(_ context.Context, batch []string) error {
 // through the capacity counter), and folds the records as the aggregator does: the first half
 // one at a time, the rest in batches of aggregatorBatch, on the aggregates table, counting the
 // write units of each.
-func measureFold(counter *capacityCounter, prefix string) foldCost {
+func measureFold(counter *capacityCounter, prefix string) (foldCost, error) {
 	var f foldCost
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	st, err := dynamo.Open(ctx, dynamo.Config{Endpoint: counter.URL, TablePrefix: prefix, Region: "us-east-1"})
 	if err != nil {
-		f.err = err
-		return f
+		return foldCost{}, err
 	}
 	arn, err := pipe.StreamOf(ctx, st.Client(), st.Tables().Usage)
 	if err != nil {
-		f.err = err
-		return f
+		return foldCost{}, err
 	}
 	var sent bodies
 	if _, err := pipe.New(st.Client(), arn, &sent, nil).Poll(ctx); err != nil {
-		f.err = fmt.Errorf("read the usage stream: %w", err)
-		return f
+		return foldCost{}, fmt.Errorf("read the usage stream: %w", err)
 	}
 	var es []usage.Event
 	size := 0
@@ -65,15 +62,13 @@ func measureFold(counter *capacityCounter, prefix string) foldCost {
 			continue
 		}
 		if err != nil {
-			f.err = fmt.Errorf("a message of the pipe: %w", err)
-			return f
+			return foldCost{}, fmt.Errorf("a message of the pipe: %w", err)
 		}
 		es = append(es, e)
 		size += len(b)
 	}
 	if len(es) < 2*aggregatorBatch/10 {
-		f.err = fmt.Errorf("%d usage records in the stream: too few to fold", len(es))
-		return f
+		return foldCost{}, fmt.Errorf("%d usage records in the stream: too few to fold", len(es))
 	}
 	f.records, f.bodyBytes = len(es), float64(size)/float64(len(es))
 	agg := usage.NewAggregator(st)
@@ -81,8 +76,7 @@ func measureFold(counter *capacityCounter, prefix string) foldCost {
 	counter.take()
 	for _, e := range es[:half] {
 		if _, err := agg.Fold(ctx, e); err != nil {
-			f.err = err
-			return f
+			return foldCost{}, err
 		}
 	}
 	f.single = writeUnits(counter) / float64(half)
@@ -92,15 +86,14 @@ func measureFold(counter *capacityCounter, prefix string) foldCost {
 		start := time.Now()
 		for _, err := range agg.RecordBatch(ctx, batch) {
 			if err != nil {
-				f.err = err
-				return f
+				return foldCost{}, err
 			}
 		}
 		took = append(took, ms(time.Since(start)))
 	}
 	f.batched = writeUnits(counter) / float64(len(es)-half)
 	f.batchMS = took.median()
-	return f
+	return f, nil
 }
 
 // writeUnits is the write units counted since the last take.

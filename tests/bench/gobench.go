@@ -1,11 +1,10 @@
 package bench
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -22,8 +21,7 @@ var goBenchPackages = []string{"./pkg/openai/", "./pkg/gateway/", "./pkg/store/s
 
 // runGoBench runs the packages' benchmarks with -benchmem and parses go test's output.
 func runGoBench(repo string, count int, log *os.File) ([]*goBench, string, error) {
-	args := append([]string{"test", "-run", "^$", "-bench", ".", "-benchmem", "-count", strconv.Itoa(count)}, goBenchPackages...)
-	return goTestBench(repo, args, log)
+	return goTestBench(repo, log, append([]string{"-bench", ".", "-benchmem", "-count", strconv.Itoa(count)}, goBenchPackages...)...)
 }
 
 // storeBenchOps is how many admissions and settlements the DynamoDB store's benchmark times on
@@ -33,33 +31,27 @@ const storeBenchOps = 300
 // runStoreBench times admission and settlement on the DynamoDB store against DynamoDB Local and
 // moto, which its test package starts itself (BenchmarkAdmitSettle reports p50 and p99 of each).
 func runStoreBench(repo string, count int, log *os.File) ([]*goBench, string, error) {
-	args := []string{"test", "-run", "^$", "-bench", "^BenchmarkAdmitSettle$", "-benchtime", fmt.Sprintf("%dx", storeBenchOps),
-		"-count", strconv.Itoa(count), "./pkg/store/dynamo/"}
-	return goTestBench(repo, args, log)
+	return goTestBench(repo, log, "-bench", "^BenchmarkAdmitSettle$", "-benchtime", fmt.Sprintf("%dx", storeBenchOps), "-count", strconv.Itoa(count), "./pkg/store/dynamo/")
 }
 
-// goTestBench runs go with args, a go test -bench command, and parses its output.
-func goTestBench(repo string, args []string, log *os.File) ([]*goBench, string, error) {
+// goTestBench runs go test -run ^$ with args, which run benchmarks, and parses its output.
+func goTestBench(repo string, log *os.File, args ...string) ([]*goBench, string, error) {
+	args = append([]string{"test", "-run", "^$"}, args...)
+	command := "go " + strings.Join(args, " ")
+	fmt.Fprintf(log, "running %s\n", command)
 	cmd := exec.Command("go", args...)
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	var out bytes.Buffer
-	cmd.Stdout = &out
-	cmd.Stderr = &out
-	fmt.Fprintf(log, "running go %s\n", strings.Join(args, " "))
-	err := cmd.Run()
-	command := "go " + strings.Join(args, " ")
+	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return nil, command, fmt.Errorf("%s: %v\n%s", command, err, out.String())
+		return nil, command, fmt.Errorf("%s: %v\n%s", command, err, out)
 	}
 	var list []*goBench
 	byName := map[string]*goBench{}
 	pkg := ""
-	sc := bufio.NewScanner(&out)
-	for sc.Scan() {
-		line := sc.Text()
+	for line := range strings.Lines(string(out)) {
 		if rest, ok := strings.CutPrefix(line, "pkg: "); ok {
-			pkg = strings.TrimPrefix(rest, "github.com/neocloud/kiln/")
+			pkg = strings.TrimPrefix(strings.TrimSpace(rest), "github.com/neocloud/kiln/")
 			continue
 		}
 		f := strings.Fields(line)
@@ -92,10 +84,8 @@ func goTestBench(repo string, args []string, log *os.File) ([]*goBench, string, 
 }
 
 func findGoBench(list []*goBench, name string) *goBench {
-	for _, b := range list {
-		if b.name == name {
-			return b
-		}
+	if i := slices.IndexFunc(list, func(b *goBench) bool { return b.name == name }); i >= 0 {
+		return list[i]
 	}
 	return nil
 }

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,55 +32,39 @@ type lambdaCold struct {
 // lambdaTimes are a store's lambdaStarts, one per round.
 type lambdaTimes struct{ init, cold, warm spread }
 
-// lambdaStore is a store the bootstrap runs on, holding the benchmark's organization.
-type lambdaStore struct {
-	name  string
-	env   []string // KILN_STORE and where the store is
-	key   string
-	times *lambdaTimes
-}
-
 // measureLambdaColdStart builds the gateway's bootstrap as the release is built, and times, on
 // DynamoDB (DynamoDB Local, seeded through kilnctl) and on the run's embedded store, exec to the
 // end of the first invocation's 200 response under a loopback Runtime API (see lambdaColdStart).
 // The first start on each store is not counted: it warms DynamoDB Local's JVM, which on AWS is
-// always warm.
+// always warm. Then it compares the memory sizes on DynamoDB (measureLambdaMemory).
 func measureLambdaColdStart(st *stack, repo string, rounds int) (c lambdaCold) {
-	task := filepath.Join(st.dir, "lambda-gateway")
-	if err := buildLambda(repo, task, filepath.Join(st.dir, "catalog.yaml")); err != nil {
+	task, err := st.lambdaTask(repo)
+	if err != nil {
 		c.err = err
 		return c
 	}
-	stores := []lambdaStore{{name: "sqlite", key: st.key, times: &c.sqlite,
+	// A store the bootstrap runs on, holding the benchmark's organization.
+	type store struct {
+		name  string
+		env   []string // KILN_STORE and where the store is
+		key   string
+		times *lambdaTimes
+	}
+	stores := []store{{name: "sqlite", key: st.key, times: &c.sqlite,
 		env: []string{"KILN_STORE=sqlite", "KILN_DATA_DIR=" + filepath.Join(st.dir, "data")}}}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ddb, env, key, err := onDynamoDBLocal(ctx, st, "kilnbench-")
+	ddb, env, key, err := onDynamoDBLocal(st, lambdaTablePrefix)
 	if ddb != nil {
 		defer ddb.Stop()
 	}
 	if err == nil {
-		stores = append([]lambdaStore{{name: "dynamodb", key: key, times: &c.dynamo, env: env}}, stores...)
+		stores = append([]store{{name: "dynamodb", key: key, times: &c.dynamo, env: env}}, stores...)
 	} else {
 		c.err = fmt.Errorf("Lambda bootstrap on DynamoDB Local: %w", err)
 	}
 
 	body := st.gateway.body(nonStreaming)
-	if len(stores) > 1 {
-		defer func() {
-			if c.err == nil {
-				c.memory = measureLambdaMemory(st, repo, task, ddb.Endpoint, stores[0].key, stores[0].env, rounds)
-			}
-		}()
-	}
 	for r := -1; r < rounds; r++ {
-		for i := range stores {
-			// Alternate the order so that drift in the machine's speed hits both.
-			s := stores[i]
-			if r%2 != 0 {
-				s = stores[len(stores)-1-i]
-			}
+		for _, s := range alternate(r, stores) {
 			event, err := functionURLEvent(repo, s.key, body)
 			if err != nil {
 				c.err = err
@@ -99,18 +82,26 @@ func measureLambdaColdStart(st *stack, repo string, rounds int) (c lambdaCold) {
 			}
 		}
 	}
+	if len(stores) > 1 && c.err == nil {
+		c.memory = measureLambdaMemory(st, repo, task, ddb.Endpoint, key, env, rounds)
+	}
 	return c
 }
 
-// buildLambda builds the gateway's bootstrap through infra/lambdabuild, as `make build-lambda`
-// and sam build do, but for this machine's architecture, into dir with catalog beside it.
-func buildLambda(repo, dir, catalog string) error {
-	cmd := exec.Command("go", "run", "./infra/lambdabuild", "-arch", runtime.GOARCH, "-dir", dir, "-catalog", catalog, "./functions/gateway")
+// lambdaTask is the directory of the gateway's bootstrap with the run's catalog beside it,
+// built the first time through infra/lambdabuild, as `make build-lambda` and sam build do, but
+// for this machine's architecture.
+func (st *stack) lambdaTask(repo string) (string, error) {
+	task := filepath.Join(st.dir, "lambda")
+	if _, err := os.Stat(filepath.Join(task, "bootstrap")); err == nil {
+		return task, nil
+	}
+	cmd := exec.Command("go", "run", "./infra/lambdabuild", "-arch", runtime.GOARCH, "-dir", task, "-catalog", filepath.Join(st.dir, "catalog.yaml"), "./functions/gateway")
 	cmd.Dir = repo
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("lambdabuild ./functions/gateway: %v\n%s", err, b)
+		return "", fmt.Errorf("lambdabuild ./functions/gateway: %v\n%s", err, b)
 	}
-	return nil
+	return task, nil
 }
 
 // functionURLEvent is the recorded function URL event of events/ carrying a chat completion.
@@ -147,55 +138,52 @@ type lambdaStart struct{ init, cold, warm float64 }
 // env, under a Runtime API holding event, times its first invocation and then a second one
 // of the same event. The process is then killed, as Lambda ends an execution environment.
 func lambdaColdStart(task string, env []string, event []byte, logPath string) (lambdaStart, error) {
-	var s lambdaStart
-	b, err := startBootstrap(task, env, nil, event, logPath)
+	b, first, err := startBootstrap(task, env, nil, event, logPath)
 	if err != nil {
-		return s, err
+		return lambdaStart{}, err
 	}
 	defer b.stop()
-	end, err := b.wait(requestID(1))
-	if err != nil {
-		return s, err
-	}
-	s.cold, s.init = ms(end.at.Sub(b.started)), ms((<-b.api.asked).Sub(b.started))
 	queued, warm, err := b.invoke(event)
-	if err != nil {
-		return s, err
-	}
-	s.warm = ms(warm.at.Sub(queued))
-	return s, nil
+	return lambdaStart{init: ms(b.inited.Sub(b.started)), cold: ms(first.at.Sub(b.started)), warm: ms(warm.at.Sub(queued))}, err
 }
 
-// bootstrap is the gateway's bootstrap running under a loopback Runtime API, as in one Lambda
-// execution environment: it serves one invocation at a time.
+// bootstrap is the gateway's bootstrap running under a loopback Lambda Runtime API (2018-06-01),
+// as in one Lambda execution environment: it serves one invocation at a time. Its ServeHTTP is
+// that API: invocation/next hands out the queued invocations one by one (and blocks while none
+// is queued, as the real one does between invocations), and each invocation's response is read
+// to its end as it streams in.
 type bootstrap struct {
-	api     *runtimeAPI
+	srv     *http.Server
+	queue   chan invocation
+	asked   chan time.Time // when the function first asked for an invocation: its init had ended
+	ended   chan invocationEnd
 	cmd     *exec.Cmd
 	logPath string
 	started time.Time     // when it was executed
+	inited  time.Time     // when it first asked for an invocation: its init had ended
 	exited  chan struct{} // closed when it has exited
 	mu      sync.Mutex    // one invocation at a time, as Lambda sends them to an environment
 	n       int           // invocations so far
 }
 
 // startBootstrap execs the bootstrap in task with the environment Lambda gives a function plus
-// env, with first queued as its first invocation (which the caller waits for with wait). With a
-// limit, the process is in that cgroup from its first instruction (a shell puts itself there and
-// execs the bootstrap), so that its init runs under the limit and the Go runtime sees it as it
-// would on Lambda.
-func startBootstrap(task string, env []string, limit *cpuLimit, first []byte, logPath string) (_ *bootstrap, err error) {
-	api, err := startRuntimeAPI()
+// env, and returns once it has answered first, its first invocation. With a limit, the process
+// is in that cgroup from its first instruction (a shell puts itself there and execs the
+// bootstrap), so that its init runs under the limit and the Go runtime sees it as it would on
+// Lambda.
+func startBootstrap(task string, env []string, limit *cpuLimit, first []byte, logPath string) (*bootstrap, invocationEnd, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return nil, invocationEnd{}, err
 	}
-	defer func() {
-		if err != nil {
-			api.close()
-		}
-	}()
+	b := &bootstrap{queue: make(chan invocation, 1), asked: make(chan time.Time, 1), ended: make(chan invocationEnd, 4),
+		logPath: logPath, exited: make(chan struct{}), n: 1}
+	b.srv = &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = b.srv.Serve(ln) }()
 	logf, err := os.Create(logPath)
 	if err != nil {
-		return nil, err
+		_ = b.srv.Close()
+		return nil, invocationEnd{}, err
 	}
 	defer logf.Close() // the child holds its own descriptor
 	bin := filepath.Join(task, "bootstrap")
@@ -206,7 +194,7 @@ func startBootstrap(task string, env []string, limit *cpuLimit, first []byte, lo
 	cmd.Dir = task
 	// Later entries of env win: AWS_LAMBDA_FUNCTION_MEMORY_SIZE among them.
 	cmd.Env = append([]string{
-		"AWS_LAMBDA_RUNTIME_API=" + api.addr,
+		"AWS_LAMBDA_RUNTIME_API=" + ln.Addr().String(),
 		"AWS_LAMBDA_FUNCTION_NAME=kiln-bench-gateway",
 		"AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
 		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=1024",
@@ -218,15 +206,21 @@ func startBootstrap(task string, env []string, limit *cpuLimit, first []byte, lo
 		"KILN_CATALOG=" + filepath.Join(task, "catalog.yaml"), // as template.yaml sets it
 	}, env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-
-	b := &bootstrap{api: api, cmd: cmd, logPath: logPath, exited: make(chan struct{}), n: 1}
-	api.queue <- invocation{id: requestID(1), event: first}
+	b.cmd = cmd
+	b.queue <- invocation{id: requestID(1), event: first}
 	b.started = time.Now()
 	if err := cmd.Start(); err != nil {
-		return nil, err
+		_ = b.srv.Close()
+		return nil, invocationEnd{}, err
 	}
 	go func() { _ = cmd.Wait(); close(b.exited) }()
-	return b, nil
+	end, err := b.wait(requestID(1))
+	if err != nil {
+		b.stop()
+		return nil, end, err
+	}
+	b.inited = <-b.asked
+	return b, end, nil
 }
 
 func (b *bootstrap) pid() int { return b.cmd.Process.Pid }
@@ -239,7 +233,7 @@ func (b *bootstrap) invoke(event []byte) (queued time.Time, end invocationEnd, e
 	b.n++
 	id := requestID(b.n)
 	queued = time.Now()
-	b.api.queue <- invocation{id: id, event: event}
+	b.queue <- invocation{id: id, event: event}
 	end, err = b.wait(id)
 	return queued, end, err
 }
@@ -247,7 +241,7 @@ func (b *bootstrap) invoke(event []byte) (queued time.Time, end invocationEnd, e
 // wait returns how the response of invocation id ended, once it has arrived whole.
 func (b *bootstrap) wait(id string) (invocationEnd, error) {
 	select {
-	case e := <-b.api.ended:
+	case e := <-b.ended:
 		if e.err == nil && e.id != id {
 			e.err = fmt.Errorf("a response for invocation %s, want %s", e.id, id)
 		}
@@ -266,7 +260,7 @@ func (b *bootstrap) wait(id string) (invocationEnd, error) {
 func (b *bootstrap) stop() {
 	_ = b.cmd.Process.Kill()
 	<-b.exited
-	b.api.close()
+	_ = b.srv.Close()
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -278,18 +272,6 @@ func tail(path string) string {
 		b = b[len(b)-2048:]
 	}
 	return string(b)
-}
-
-// runtimeAPI is a loopback Lambda Runtime API (2018-06-01) for one bootstrap process:
-// invocation/next hands out the queued invocations one by one (and blocks while none is queued,
-// as the real one does between invocations), and each invocation's response is read to its end
-// as it streams in.
-type runtimeAPI struct {
-	addr  string
-	srv   *http.Server
-	queue chan invocation
-	asked chan time.Time // when the function first asked for an invocation: its init had ended
-	ended chan invocationEnd
 }
 
 type invocation struct {
@@ -315,31 +297,17 @@ const (
 
 func requestID(n int) string { return fmt.Sprintf("8f4e1c2a-0b9f-4d2c-8000-%012d", n) }
 
-func startRuntimeAPI() (*runtimeAPI, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	api := &runtimeAPI{addr: ln.Addr().String(), queue: make(chan invocation, 1),
-		asked: make(chan time.Time, 1), ended: make(chan invocationEnd, 4)}
-	api.srv = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = api.srv.Serve(ln) }()
-	return api, nil
-}
-
-func (api *runtimeAPI) close() { _ = api.srv.Close() }
-
-func (api *runtimeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (b *bootstrap) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	path, _ := strings.CutPrefix(r.URL.Path, runtimePrefix)
 	id, what, _ := strings.Cut(strings.TrimPrefix(path, "invocation/"), "/")
 	switch {
 	case r.Method == http.MethodGet && path == "invocation/next":
 		select {
-		case api.asked <- time.Now():
+		case b.asked <- time.Now():
 		default: // not the first time
 		}
 		select {
-		case inv := <-api.queue:
+		case inv := <-b.queue:
 			h := w.Header()
 			h.Set("Content-Type", "application/json")
 			h.Set("Lambda-Runtime-Aws-Request-Id", inv.id)
@@ -351,11 +319,11 @@ func (api *runtimeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPost && strings.HasPrefix(path, "invocation/") && what == "response":
 		e := readResponse(r)
 		e.id = id
-		api.end(e)
+		b.end(e)
 		w.WriteHeader(http.StatusAccepted)
 	case r.Method == http.MethodPost && (strings.HasPrefix(path, "invocation/") && what == "error" || path == "init/error"):
-		b, _ := io.ReadAll(io.LimitReader(r.Body, 4<<10))
-		api.end(invocationEnd{id: id, at: time.Now(), err: fmt.Errorf("%s: %s", path, b)})
+		msg, _ := io.ReadAll(io.LimitReader(r.Body, 4<<10))
+		b.end(invocationEnd{id: id, at: time.Now(), err: fmt.Errorf("%s: %s", path, msg)})
 		w.WriteHeader(http.StatusAccepted)
 	default:
 		http.NotFound(w, r)
@@ -363,9 +331,9 @@ func (api *runtimeAPI) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // end records how an invocation ended.
-func (api *runtimeAPI) end(e invocationEnd) {
+func (b *bootstrap) end(e invocationEnd) {
 	select {
-	case api.ended <- e:
+	case b.ended <- e:
 	default: // more ends than invocations: the first are what matters
 	}
 }
@@ -394,6 +362,10 @@ func readResponse(r *http.Request) invocationEnd {
 	}
 	b := buf.Bytes()
 	e.at = time.Now()
+	head, body, ok := bytes.Cut(b, make([]byte, 8))
+	var p struct {
+		StatusCode int `json:"statusCode"`
+	}
 	switch {
 	case err != nil:
 		e.err = fmt.Errorf("read the response: %w", err)
@@ -401,21 +373,11 @@ func readResponse(r *http.Request) invocationEnd {
 		e.err = fmt.Errorf("response of type %q, want %q: %.300s", r.Header.Get("Content-Type"), integrationResponse, b)
 	case r.Trailer.Get("Lambda-Runtime-Function-Error-Type") != "":
 		e.err = fmt.Errorf("function error %s: %s", r.Trailer.Get("Lambda-Runtime-Function-Error-Type"), r.Trailer.Get("Lambda-Runtime-Function-Error-Body"))
-	}
-	if e.err != nil {
-		return e
-	}
-	head, body, ok := bytes.Cut(b, make([]byte, 8))
-	var p struct {
-		StatusCode int `json:"statusCode"`
-	}
-	if !ok || json.Unmarshal(head, &p) != nil {
+	case !ok || json.Unmarshal(head, &p) != nil:
 		e.err = fmt.Errorf("no JSON prelude and eight NUL bytes in %.300q", b)
-		return e
-	}
-	if p.StatusCode != http.StatusOK {
+	case p.StatusCode != http.StatusOK:
 		e.err = fmt.Errorf("status %d: %.300s", p.StatusCode, body)
-	} else if len(body) == 0 {
+	case len(body) == 0:
 		e.err = errors.New("status 200 with an empty body")
 	}
 	return e

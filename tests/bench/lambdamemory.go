@@ -7,8 +7,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 )
+
+// lambdaTablePrefix is the prefix of the tables the bootstrap's cold starts and memory
+// comparison run on.
+const lambdaTablePrefix = "kilnbench-"
 
 // lambdaMemorySizes are the gateway function's memory sizes the benchmark compares, in MB.
 var lambdaMemorySizes = []int{128, 256, 512, 1024}
@@ -40,11 +43,9 @@ type lambdaMemory struct {
 	err  error
 }
 
-// memoryRound is one round: a start without a limit and one at each size, in alternating order.
-type memoryRound struct {
-	free memoryStart
-	at   map[int]memoryStart
-}
+// memoryRound is one round: a start without a limit (at 0) and one at each size, in
+// alternating order.
+type memoryRound map[int]memoryStart
 
 // memoryStart is one start of the bootstrap: its cold invocation, and medians over its warm ones.
 type memoryStart struct {
@@ -65,90 +66,63 @@ func measureLambdaMemory(st *stack, repo, task, dynamoEndpoint, key string, env 
 		return m
 	}
 	defer counter.close()
-	env = append(append([]string(nil), env...), "KILN_DYNAMODB_ENDPOINT="+counter.URL,
+	env = append(slices.Clone(env), "KILN_DYNAMODB_ENDPOINT="+counter.URL,
 		"KILN_METRICS_NAMESPACE=Kiln/kiln-bench") // as template.yaml sets it: the metric lines are part of the log bill
 	event, err := functionURLEvent(repo, key, st.gateway.body(shortStream))
 	if err != nil {
 		m.err = err
 		return m
 	}
-	sizes := append([]int{0}, lambdaMemorySizes...) // 0: no limit
-	var logBytes, logLines float64
 	for r := range rounds {
-		round := memoryRound{at: map[int]memoryStart{}}
-		order := slices.Clone(sizes)
-		if r%2 == 1 {
-			slices.Reverse(order) // so that drift in the machine's speed hits every size alike
-		}
-		for _, mb := range order {
+		round := memoryRound{}
+		for _, mb := range alternate(r, append([]int{0}, lambdaMemorySizes...)) { // 0: no limit
 			logPath := filepath.Join(st.dir, fmt.Sprintf("memory-lambda-%d-%d.log", mb, r+1))
-			s, bytes, lines, err := memoryRun(task, env, mb, event, logPath, counter, &m)
-			if err != nil {
+			if round[mb], err = memoryRun(task, env, mb, event, logPath, counter, &m); err != nil {
 				m.err = fmt.Errorf("Lambda bootstrap at %d MB: %w", mb, err)
 				return m
-			}
-			if mb == 0 {
-				round.free = s
-				logBytes += bytes
-				logLines += lines
-			} else {
-				round.at[mb] = s
 			}
 		}
 		m.rounds = append(m.rounds, round)
 	}
-	m.logBytes, m.logLines = logBytes/float64(m.requests), logLines/float64(m.requests)
-	prefix := ""
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "KILN_TABLE_PREFIX="); ok {
-			prefix = v
-		}
-	}
-	m.fold = measureFold(counter, prefix)
+	m.logBytes, m.logLines = m.logBytes/float64(m.requests), m.logLines/float64(m.requests)
+	m.fold, err = measureFold(counter, lambdaTablePrefix)
+	m.fold.err = err
 	return m
 }
 
-// memoryRun is one start at mb (0: no limit). The unlimited start also counts its warm requests'
-// DynamoDB capacity and log output into m.
-func memoryRun(task string, env []string, mb int, event []byte, logPath string, counter *capacityCounter, m *lambdaMemory) (s memoryStart, logBytes, logLines float64, err error) {
+// memoryRun is one start at mb (0: no limit). The unlimited start also adds its warm requests'
+// DynamoDB capacity and log output to m.
+func memoryRun(task string, env []string, mb int, event []byte, logPath string, counter *capacityCounter, m *lambdaMemory) (s memoryStart, err error) {
 	var limit *cpuLimit
 	if mb > 0 {
 		// The unlimited start tells the runtime 1,024 MB, the template's size until now.
 		env = append(slices.Clone(env), "AWS_LAMBDA_FUNCTION_MEMORY_SIZE="+strconv.Itoa(mb))
 		if limit, err = newCPULimit(fmt.Sprintf("kilnbench-%d-%d", os.Getpid(), mb), mb); err != nil {
-			return s, 0, 0, err
+			return s, err
 		}
 		defer limit.remove()
 	}
-	b, err := startBootstrap(task, env, limit, event, logPath)
+	b, end, err := startBootstrap(task, env, limit, event, logPath)
 	if err != nil {
-		return s, 0, 0, err
+		return s, err
 	}
 	defer b.stop() // before the cgroup goes: it must be empty
-	end, err := b.wait(requestID(1))
-	if err != nil {
-		return s, 0, 0, err
-	}
 	s.cold = ms(end.at.Sub(b.started))
 	counter.take()
 	before, _ := os.ReadFile(logPath)
-	var throttled0 int64
-	if limit != nil {
-		throttled0, _ = limit.throttled()
-	}
-	var first, whole []float64
+	throttled0, _ := limit.throttled()
+	var first, whole spread
 	for range memoryWarmInvocations {
 		queued, end, err := b.invoke(event)
 		if err != nil {
-			return s, 0, 0, err
+			return s, err
 		}
 		if end.first.IsZero() {
-			return s, 0, 0, fmt.Errorf("a stream without a data: event; its log:\n%s", tail(logPath))
+			return s, fmt.Errorf("a stream without a data: event; its log:\n%s", tail(logPath))
 		}
-		first = append(first, ms(end.first.Sub(queued)))
-		whole = append(whole, ms(end.at.Sub(queued)))
+		first, whole = append(first, ms(end.first.Sub(queued))), append(whole, ms(end.at.Sub(queued)))
 	}
-	s.firstByte, s.whole = spread(first).median(), spread(whole).median()
+	s.firstByte, s.whole = first.median(), whole.median()
 	if limit != nil {
 		n, _ := limit.throttled()
 		s.throttled = float64(n-throttled0) / memoryWarmInvocations
@@ -158,9 +132,7 @@ func memoryRun(task string, env []string, mb int, event []byte, logPath string, 
 		ops, tables := counter.take()
 		for op, c := range ops {
 			t := m.capacity[op]
-			t.Calls += c.Calls
-			t.Read += c.Read
-			t.Write += c.Write
+			t.Calls, t.Read, t.Write = t.Calls+c.Calls, t.Read+c.Read, t.Write+c.Write
 			m.capacity[op] = t
 		}
 		for name, u := range tables {
@@ -169,24 +141,20 @@ func memoryRun(task string, env []string, mb int, event []byte, logPath string, 
 		m.requests += memoryWarmInvocations
 		after, _ := os.ReadFile(logPath)
 		grown := after[min(len(before), len(after)):]
-		logBytes, logLines = float64(len(grown)), float64(bytes.Count(grown, []byte("\n")))
+		m.logBytes += float64(len(grown))
+		m.logLines += float64(bytes.Count(grown, []byte("\n")))
 	}
-	return s, logBytes, logLines, nil
+	return s, nil
 }
 
 // added is, per round, what size mb added to f over the unlimited start of the same round.
 func (m lambdaMemory) added(mb int, f func(memoryStart) float64) spread {
-	return perRound(m.rounds, func(r memoryRound) float64 { return f(r.at[mb]) - f(r.free) })
+	return perRound(m.rounds, func(r memoryRound) float64 { return f(r[mb]) - f(r[0]) })
 }
 
 // of is f of size mb (0: the unlimited start), per round.
 func (m lambdaMemory) of(mb int, f func(memoryStart) float64) spread {
-	return perRound(m.rounds, func(r memoryRound) float64 {
-		if mb == 0 {
-			return f(r.free)
-		}
-		return f(r.at[mb])
-	})
+	return perRound(m.rounds, func(r memoryRound) float64 { return f(r[mb]) })
 }
 
 // chosen is the smallest size whose median added first byte is within maxAddedFirstByteMS, or

@@ -6,6 +6,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -166,34 +167,35 @@ func (p phase) summary() string {
 // watch names the processes whose CPU a phase accounts.
 type watch map[string]int
 
-func (w watch) cpu() map[string]time.Duration {
-	m := make(map[string]time.Duration, len(w))
+// read is f of each watched process; a process f cannot read is left out.
+func read[V time.Duration | int64](w watch, f func(pid int) (V, error)) map[string]V {
+	m := make(map[string]V, len(w))
 	for name, pid := range w {
-		d, err := cpuTime(pid)
-		if err == nil {
-			m[name] = d
+		if v, err := f(pid); err == nil {
+			m[name] = v
 		}
 	}
 	return m
 }
 
-// syscalls counts the read and write system calls of each watched process so far.
-func (w watch) syscalls() map[string]int64 {
-	m := make(map[string]int64, len(w))
-	for name, pid := range w {
-		if n, err := syscalls(pid); err == nil {
-			m[name] = n
-		}
+// since is what each process in w used since before (CPU, or system calls).
+func since[V time.Duration | int64](w watch, f func(pid int) (V, error), before map[string]V) map[string]V {
+	m := read(w, f)
+	for k := range m {
+		m[k] -= before[k]
 	}
 	return m
 }
 
-func sub[V time.Duration | int64](a, b map[string]V) map[string]V {
-	m := make(map[string]V, len(a))
-	for k, v := range a {
-		m[k] = v - b[k]
+// add records one request: its timings, or its error.
+func (p *phase) add(r result, err error) {
+	if err != nil {
+		p.errs++
+		p.firstErr = cmp.Or(p.firstErr, err)
+		return
 	}
-	return m
+	p.ttfb, p.total = append(p.ttfb, r.ttfb), append(p.total, r.total)
+	p.chunks += int64(r.chunks)
 }
 
 // closedLoop runs conns workers, each sending its next request when the last one ended, for
@@ -202,7 +204,6 @@ func closedLoop(t target, kind requestKind, conns int, warmup, dur time.Duration
 	c := newClient(conns)
 	defer c.CloseIdleConnections()
 	body := t.body(kind)
-	stream := kind != nonStreaming
 	const (
 		warming = iota
 		measuring
@@ -214,46 +215,29 @@ func closedLoop(t target, kind requestKind, conns int, warmup, dur time.Duration
 	var wg sync.WaitGroup
 	for range conns {
 		wg.Go(func() {
-			var ttfb, total latencies
-			var chunks, errs int64
-			var firstErr error
-			for {
-				s := state.Load()
-				if s == stopping {
-					break
+			var mine phase // merged once at the end, so that the workers do not contend for mu
+			for s := state.Load(); s != stopping; s = state.Load() {
+				r, err := call(context.Background(), c, t, body, kind != nonStreaming)
+				if s == measuring {
+					mine.add(r, err)
 				}
-				r, err := call(context.Background(), c, t, body, stream)
-				if s != measuring {
-					continue
-				}
-				if err != nil {
-					errs++
-					if firstErr == nil {
-						firstErr = err
-					}
-					continue
-				}
-				ttfb, total = append(ttfb, r.ttfb), append(total, r.total)
-				chunks += int64(r.chunks)
 			}
 			mu.Lock()
-			p.ttfb, p.total = append(p.ttfb, ttfb...), append(p.total, total...)
-			p.chunks += chunks
-			p.errs += errs
-			if p.firstErr == nil {
-				p.firstErr = firstErr
-			}
+			p.ttfb, p.total = append(p.ttfb, mine.ttfb...), append(p.total, mine.total...)
+			p.chunks += mine.chunks
+			p.errs += mine.errs
+			p.firstErr = cmp.Or(p.firstErr, mine.firstErr)
 			mu.Unlock()
 		})
 	}
 	time.Sleep(warmup)
-	cpu0, sys0 := w.cpu(), w.syscalls()
+	cpu0, sys0 := read(w, cpuTime), read(w, syscalls)
 	t0 := time.Now()
 	state.Store(measuring)
 	time.Sleep(dur)
 	state.Store(stopping)
 	p.elapsed = time.Since(t0)
-	p.cpu, p.syscalls = sub(w.cpu(), cpu0), sub(w.syscalls(), sys0)
+	p.cpu, p.syscalls = since(w, cpuTime, cpu0), since(w, syscalls, sys0)
 	wg.Wait()
 	p.ttfb, p.total = p.ttfb.sorted(), p.total.sorted()
 	return p
@@ -266,50 +250,35 @@ func openLoop(t target, rate float64, dur time.Duration, w watch) phase {
 	c := newClient(512)
 	defer c.CloseIdleConnections()
 	body := t.body(nonStreaming)
-	cpu0, sys0 := w.cpu(), w.syscalls()
+	cpu0, sys0 := read(w, cpuTime), read(w, syscalls)
 	p := paced(rate, dur, 2048, func() error {
 		_, err := call(context.Background(), c, t, body, false)
 		return err
 	})
-	return phase{total: p.total, errs: p.errs, firstErr: p.firstErr, elapsed: p.elapsed,
-		cpu: sub(w.cpu(), cpu0), syscalls: sub(w.syscalls(), sys0)}
+	p.cpu, p.syscalls = since(w, cpuTime, cpu0), since(w, syscalls, sys0)
+	return p
 }
 
-// pacedLoad is what paced measured: the answers' latencies from when each request was due
-// (sorted), and the requests that failed or were not sent.
-type pacedLoad struct {
-	total    latencies
-	errs     int64
-	firstErr error
-	elapsed  time.Duration
-}
-
-// paced calls send every 1/rate for dur, each call at its due time whatever the answers' pace;
-// a call that would exceed limit outstanding (0: no limit) is counted as an error and not made.
-func paced(rate float64, dur time.Duration, limit int64, send func() error) pacedLoad {
+// paced calls send every 1/rate for dur, each call at its due time whatever the answers' pace,
+// and records each answer's latency from when it was due (total; ttfb is not measured); a call
+// that would exceed limit outstanding (0: no limit) is counted as an error and not made.
+func paced(rate float64, dur time.Duration, limit int64, send func() error) phase {
 	interval := time.Duration(float64(time.Second) / rate)
 	var mu sync.Mutex
-	var p pacedLoad
+	var p phase
 	var outstanding atomic.Int64
 	var wg sync.WaitGroup
 	record := func(due time.Time, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
-			p.errs++
-			if p.firstErr == nil {
-				p.firstErr = err
-			}
-			return
+			p.add(result{}, err)
+		} else {
+			p.total = append(p.total, time.Since(due))
 		}
-		p.total = append(p.total, time.Since(due))
 	}
 	start := time.Now()
-	for i := 0; ; i++ {
-		due := start.Add(time.Duration(i) * interval)
-		if due.Sub(start) >= dur {
-			break
-		}
+	for due := start; due.Sub(start) < dur; due = due.Add(interval) {
 		time.Sleep(time.Until(due))
 		if limit > 0 && outstanding.Load() >= limit {
 			record(due, fmt.Errorf("over %d requests outstanding", limit))

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -32,65 +31,67 @@ func Profile(cfg Config, dir string, seconds int) error {
 	defer st.close()
 	w := watch{"gateway": st.gw.pid(), "simulator": st.sim.pid()}
 	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, w) // warm up
-
 	d := time.Duration(seconds) * time.Second
-	if cfg.OnlyRates {
-		return profileLowRate(cfg, st, dir, pprofAddr, seconds)
-	}
-	for _, run := range []struct {
-		name  string
-		kind  requestKind
-		conns int
-	}{
-		{"nonstreaming-8conns", nonStreaming, 8},
-		{"stream1000-1conn", longStream, 1},
-		{"stream1000-8conns", longStream, 8},
-	} {
-		path := filepath.Join(dir, run.name+".pprof")
-		allocs := filepath.Join(dir, run.name+"-allocs.pprof")
-		got := make(chan error, 2)
-		go func() {
-			got <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", pprofAddr, seconds), path)
-		}()
-		go func() { // what was allocated over the same window, for the garbage collector's share
-			got <- fetch(fmt.Sprintf("http://%s/debug/pprof/allocs?seconds=%d", pprofAddr, seconds), allocs)
-		}()
-		ph := closedLoop(st.gateway, run.kind, run.conns, 200*time.Millisecond, d+time.Second, w)
-		if err := errors.Join(<-got, <-got); err != nil {
-			return err
+	if !cfg.OnlyRates {
+		for _, run := range []struct {
+			name  string
+			kind  requestKind
+			conns int
+		}{
+			{"nonstreaming-8conns", nonStreaming, 8},
+			{"stream1000-1conn", longStream, 1},
+			{"stream1000-8conns", longStream, 8},
+		} {
+			err := profiled(cfg, pprofAddr, filepath.Join(dir, run.name), seconds, func() string {
+				ph := closedLoop(st.gateway, run.kind, run.conns, 200*time.Millisecond, d+time.Second, w)
+				return fmt.Sprintf("%s: %d requests, p50 %v, p99 %v, %.0f/s; gateway CPU %v", run.name, len(ph.total), ph.total.q(.5), ph.total.q(.99), ph.rate(), ph.cpu["gateway"])
+			})
+			if err != nil {
+				return err
+			}
 		}
-		fmt.Fprintf(cfg.Log, "== %s: %d requests, p50 %v, p99 %v, %.0f/s; gateway CPU %v; profile %s\n",
-			run.name, len(ph.total), ph.total.q(.5), ph.total.q(.99), ph.rate(), ph.cpu["gateway"], path)
-		pprofTop(cfg, path, "-nodecount=45")
-		pprofTop(cfg, path, "-cum", "-nodecount=45")
 	}
-	if err := profileLowRate(cfg, st, dir, pprofAddr, seconds); err != nil {
+	if err := profileLowRate(cfg, st, dir, pprofAddr, seconds); err != nil || cfg.OnlyRates {
 		return err
 	}
 	// The memory of open streams: a heap profile while cfg.Streams slow streams are open, and the
 	// runtime's count of live heap and stacks, each after a collection, before and with them.
-	before, errBefore := liveMemory(pprofAddr, filepath.Join(dir, "heap-before-streams.txt"))
-	opened, closeAll, err := openStreams(st.gateway, cfg.Streams, 30*time.Second)
-	if err == nil {
-		time.Sleep(500 * time.Millisecond)
+	live, err := liveStreams(st, pprofAddr, cfg.Streams, dir, func() error {
 		path := filepath.Join(dir, "heap-open-streams.pprof")
-		err = fetch(fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", pprofAddr), path)
+		if err := fetch(fmt.Sprintf("http://%s/debug/pprof/heap?gc=1", pprofAddr), path); err != nil {
+			return err
+		}
 		rssOpen, _ := rss(st.gw.pid())
-		fmt.Fprintf(cfg.Log, "== %d open streams: gateway RSS %.1f MiB; heap profile %s\n", opened, float64(rssOpen)/(1<<20), path)
-		if err == nil {
-			pprofTop(cfg, path, "-sample_index=inuse_space", "-nodecount=25")
-		}
-		_ = fetch(fmt.Sprintf("http://%s/debug/pprof/goroutine?debug=1", pprofAddr), filepath.Join(dir, "goroutines-open-streams.txt"))
-		// The text form ends with the runtime's MemStats: stacks are counted there, not in the profile.
-		with, errWith := liveMemory(pprofAddr, filepath.Join(dir, "heap-open-streams.txt"))
-		if errBefore == nil && errWith == nil && opened > 0 {
-			per := with.minus(before, opened)
-			fmt.Fprintf(cfg.Log, "== live heap and stacks per open stream, after a collection: %.1f KiB (heap in use %.1f, stacks %.1f)\n",
-				kib(per.total()), kib(per.heapInuse), kib(per.stack))
-		}
+		fmt.Fprintf(cfg.Log, "== %d open streams: gateway RSS %.1f MiB; heap profile %s\n", cfg.Streams, float64(rssOpen)/(1<<20), path)
+		pprofTop(cfg, path, "-sample_index=inuse_space", "-nodecount=25")
+		return fetch(fmt.Sprintf("http://%s/debug/pprof/goroutine?debug=1", pprofAddr), filepath.Join(dir, "goroutines-open-streams.txt"))
+	})
+	if err == nil {
+		per := live.perStream
+		fmt.Fprintf(cfg.Log, "== live heap and stacks per open stream, after a collection: %.1f KiB (heap in use %.1f, stacks %.1f)\n",
+			kib(per.total()), kib(per.heapInuse), kib(per.stack))
 	}
-	closeAll()
 	return err
+}
+
+// profiled saves a CPU profile and an allocation profile (for the garbage collector's share)
+// of the gateway at pprofAddr, seconds long, in path.pprof and path-allocs.pprof while load
+// runs, and writes load's summary and the profile's top functions to cfg.Log.
+func profiled(cfg Config, pprofAddr, path string, seconds int, load func() string) error {
+	got := make(chan error, 2)
+	for kind, file := range map[string]string{"profile": path + ".pprof", "allocs": path + "-allocs.pprof"} {
+		go func() {
+			got <- fetch(fmt.Sprintf("http://%s/debug/pprof/%s?seconds=%d", pprofAddr, kind, seconds), file)
+		}()
+	}
+	summary := load()
+	if err := errors.Join(<-got, <-got); err != nil {
+		return err
+	}
+	fmt.Fprintf(cfg.Log, "== %s; profile %s.pprof\n", summary, path)
+	pprofTop(cfg, path+".pprof", "-nodecount=45")
+	pprofTop(cfg, path+".pprof", "-cum", "-nodecount=45")
+	return nil
 }
 
 // setUpPprof is setUp with the gateway built with a pprof listener, and that listener's address.
@@ -153,7 +154,14 @@ func measureLiveMemory(cfg Config, n int) (liveMemoryResult, error) {
 	}
 	defer st.close()
 	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, watch{}) // as the RSS phase, after a warm-up
-	before, err := liveMemory(pprofAddr, filepath.Join(st.dir, "heap-before.txt"))
+	return liveStreams(st, pprofAddr, n, st.dir, func() error { return nil })
+}
+
+// liveStreams reads the gateway's MemStats from the text heap profile (saved in dir) after a
+// collection, before n slow streams open and while they are open, and returns what each stream
+// added; meanwhile, with the streams open, it calls during.
+func liveStreams(st *stack, pprofAddr string, n int, dir string, during func() error) (liveMemoryResult, error) {
+	before, err := liveMemory(pprofAddr, filepath.Join(dir, "heap-before-streams.txt"))
 	if err != nil {
 		return liveMemoryResult{}, err
 	}
@@ -163,7 +171,10 @@ func measureLiveMemory(cfg Config, n int) (liveMemoryResult, error) {
 		return liveMemoryResult{}, fmt.Errorf("%d of %d streams opened: %v", opened, n, err)
 	}
 	time.Sleep(500 * time.Millisecond)
-	with, err := liveMemory(pprofAddr, filepath.Join(st.dir, "heap-with.txt"))
+	if err := during(); err != nil {
+		return liveMemoryResult{}, err
+	}
+	with, err := liveMemory(pprofAddr, filepath.Join(dir, "heap-open-streams.txt"))
 	if err != nil {
 		return liveMemoryResult{}, err
 	}
@@ -207,9 +218,7 @@ func liveMemory(pprofAddr, path string) (memStats, error) {
 // the embedded store of st and on DynamoDB Local: where a request's fixed costs go when nothing
 // amortises them.
 func profileLowRate(cfg Config, st *stack, dir, pprofAddr string, seconds int) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	ddb, storeEnv, key, err := onDynamoDBLocal(ctx, st, "kilnprof-")
+	ddb, storeEnv, key, err := onDynamoDBLocal(st, "kilnprof-")
 	if ddb != nil {
 		defer ddb.Stop()
 	}
@@ -237,19 +246,13 @@ func profileLowRate(cfg Config, st *stack, dir, pprofAddr string, seconds int) e
 	} {
 		s := st.server(run.name, run.gw, run.key)
 		rateLoop(s, lowRate, 2*time.Second) // warm up
-		path := filepath.Join(dir, run.name+".pprof")
-		got := make(chan error, 1)
-		go func() {
-			got <- fetch(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", run.pprofAddr, seconds), path)
-		}()
-		ph := rateLoop(s, lowRate, time.Duration(seconds)*time.Second)
-		if err := <-got; err != nil {
+		err := profiled(cfg, run.pprofAddr, filepath.Join(dir, run.name), seconds, func() string {
+			ph := rateLoop(s, lowRate, time.Duration(seconds)*time.Second)
+			return fmt.Sprintf("%s: %d requests, %d errors, p50 %v; gateway CPU %.3f ms per request", run.name, len(ph.total), ph.errs, ph.total.q(.5), ph.cpuPerRequest())
+		})
+		if err != nil {
 			return err
 		}
-		fmt.Fprintf(cfg.Log, "== %s: %d requests, %d errors, p50 %v; gateway CPU %.3f ms per request; profile %s\n",
-			run.name, ph.requests, ph.errs, ph.total.q(.5), ph.cpuPerRequest(), path)
-		pprofTop(cfg, path, "-nodecount=45")
-		pprofTop(cfg, path, "-cum", "-nodecount=45")
 	}
 	return nil
 }

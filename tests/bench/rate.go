@@ -1,7 +1,7 @@
 package bench
 
 import (
-	"context"
+	"cmp"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -26,38 +26,36 @@ type server struct {
 // rateRow is one figure measured at one rate: the gateway, and the baseline gateway when the run
 // has one, in the same rounds.
 type rateRow struct {
-	what            string // "embedded store", "DynamoDB Local", ...
-	rate            float64
-	target          float64 // ms of CPU per request the issue asks for; 0 for none
-	gateway         server
-	baseline        *server
-	gw, base        []ratePhase // one per round
-	onAWS           bool        // the row is the path that runs on AWS
-	withLocalPipeOf string      // non-empty: the process also runs the local stand-in of the usage pipe
+	what     string // "embedded store", "DynamoDB Local", ...
+	rate     float64
+	target   float64 // ms of CPU per request the issue asks for; 0 for none
+	gateway  server
+	baseline *server
+	gw, base []ratePhase // one per round
+	onAWS    bool        // the row is the path that runs on AWS
 }
 
-// ratePhase is what one phase at a fixed rate measured of one server.
+// ratePhase is what one phase at a fixed rate measured of one server: the answers' latencies
+// from when each request was due to the end of its answer, and the process's CPU and its
+// threads' context switches over the window.
 type ratePhase struct {
-	requests, errs int
-	firstErr       error
-	cpu            time.Duration // the process's CPU over the window
-	switches       int64         // its threads' context switches over the window
-	elapsed        time.Duration
-	total          latencies // from when each request was due to the end of its answer
+	phase
+	used     time.Duration
+	switches int64
 }
 
 func (p ratePhase) cpuPerRequest() float64 {
-	if p.requests == 0 {
+	if len(p.total) == 0 {
 		return 0
 	}
-	return ms(p.cpu) / float64(p.requests)
+	return ms(p.used) / float64(len(p.total))
 }
 
 func (p ratePhase) switchesPerRequest() float64 {
-	if p.requests == 0 {
+	if len(p.total) == 0 {
 		return 0
 	}
-	return float64(p.switches) / float64(p.requests)
+	return float64(p.switches) / float64(len(p.total))
 }
 
 // rateLoop sends requests to s at rate for dur, each at its due time whatever the answers' pace,
@@ -68,12 +66,8 @@ func rateLoop(s server, rate float64, dur time.Duration) ratePhase {
 	l := paced(rate, dur, 0, s.send)
 	cpu1, err1 := processCPU(s.pid)
 	sw1, errSw1 := contextSwitches(s.pid)
-	p := ratePhase{requests: len(l.total), errs: int(l.errs), firstErr: l.firstErr, cpu: cpu1 - cpu0, switches: sw1 - sw0,
-		elapsed: l.elapsed, total: l.total}
-	if err := errors.Join(err0, err1, errSw0, errSw1); err != nil && p.firstErr == nil {
-		p.firstErr = err
-	}
-	return p
+	l.firstErr = cmp.Or(l.firstErr, errors.Join(err0, err1, errSw0, errSw1))
+	return ratePhase{phase: l, used: cpu1 - cpu0, switches: sw1 - sw0}
 }
 
 // rateResults are the rate phases of a run.
@@ -115,9 +109,7 @@ func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults 
 		sqlite.baseline, sqliteHigh.baseline = &b, &b
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	dynamoRows, stopDynamo, err := dynamoRateRows(ctx, cfg, st)
+	dynamoRows, stopDynamo, err := dynamoRateRows(cfg, st)
 	stop = append(stop, stopDynamo...)
 	if err != nil {
 		res.err = err
@@ -132,36 +124,24 @@ func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults 
 		}
 	}
 	for r := range cfg.RateRounds {
-		rows := slices.Clone(res.rows)
-		if r%2 == 1 {
-			slices.Reverse(rows)
-		}
-		for _, row := range rows {
+		for _, row := range alternate(r, res.rows) {
 			dur := cfg.RateFor
 			if row.rate > lowRate {
 				dur = cfg.RateFor / 2 // many more requests in half the time
 			}
-			measure := func(s *server) ratePhase {
+			servers := row.servers()
+			got := make([]ratePhase, len(servers))
+			for _, i := range alternate(r, []int{0, 1}[:len(servers)]) {
+				s := servers[i]
 				logf("rate %.0f/s, %s round %d: measuring %s (pid %d) for %v", row.rate, row.what, r+1, s.name, s.pid, dur)
-				return rateLoop(*s, row.rate, dur)
+				got[i] = rateLoop(*s, row.rate, dur)
+				logf("rate %.0f/s, %s round %d: %s %.3f ms CPU, %.1f context switches per request (%d requests, %d errors, p50 %v)",
+					row.rate, row.what, r+1, s.name, got[i].cpuPerRequest(), got[i].switchesPerRequest(), len(got[i].total), got[i].errs, got[i].total.q(.5))
 			}
-			var gw, base ratePhase
-			if row.baseline != nil && r%2 == 1 {
-				base, gw = measure(row.baseline), measure(&row.gateway)
-			} else {
-				gw = measure(&row.gateway)
-				if row.baseline != nil {
-					base = measure(row.baseline)
-				}
-			}
-			row.gw = append(row.gw, gw)
-			line := fmt.Sprintf("rate %.0f/s, %s round %d: %s %.3f ms CPU, %.1f context switches per request (%d requests, %d errors, p50 %v)",
-				row.rate, row.what, r+1, row.gateway.name, gw.cpuPerRequest(), gw.switchesPerRequest(), gw.requests, gw.errs, gw.total.q(.5))
+			row.gw = append(row.gw, got[0])
 			if row.baseline != nil {
-				row.base = append(row.base, base)
-				line += fmt.Sprintf("; baseline %.3f ms, %.1f switches (%d requests, %d errors)", base.cpuPerRequest(), base.switchesPerRequest(), base.requests, base.errs)
+				row.base = append(row.base, got[1])
 			}
-			logf("%s", line)
 		}
 	}
 	return res
@@ -177,8 +157,8 @@ func (row *rateRow) servers() []*server {
 // dynamoRateRows starts DynamoDB Local with the benchmark's organization on its tables, a local
 // server on them (and the baseline's, if any) and the Lambda bootstrap, and returns their rows
 // at lowRate and what stops them.
-func dynamoRateRows(ctx context.Context, cfg Config, st *stack) (rows []*rateRow, stop []func(), err error) {
-	ddb, storeEnv, key, err := onDynamoDBLocal(ctx, st, "kilnrate-")
+func dynamoRateRows(cfg Config, st *stack) (rows []*rateRow, stop []func(), err error) {
+	ddb, storeEnv, key, err := onDynamoDBLocal(st, "kilnrate-")
 	if ddb != nil {
 		stop = append(stop, ddb.Stop)
 	}
@@ -191,8 +171,7 @@ func dynamoRateRows(ctx context.Context, cfg Config, st *stack) (rows []*rateRow
 		return nil, stop, err
 	}
 	stop = append(stop, p.stop)
-	local := &rateRow{what: "DynamoDB Local, local server", rate: lowRate, gateway: st.server("gateway", p, key),
-		withLocalPipeOf: "usage"}
+	local := &rateRow{what: "DynamoDB Local, local server", rate: lowRate, gateway: st.server("gateway", p, key)}
 	if cfg.BaselineBin != "" {
 		bp, err := start("baseline gateway on DynamoDB Local", cfg.BaselineBin, nil, env, filepath.Join(st.dir, "baseline-dynamodb.log"))
 		if err != nil {
@@ -204,22 +183,19 @@ func dynamoRateRows(ctx context.Context, cfg Config, st *stack) (rows []*rateRow
 	}
 	rows = append(rows, local)
 
-	task := filepath.Join(st.dir, "lambda-rate")
-	if err := buildLambda(cfg.Repo, task, filepath.Join(st.dir, "catalog.yaml")); err != nil {
+	task, err := st.lambdaTask(cfg.Repo)
+	if err != nil {
 		return rows, stop, err
 	}
 	event, err := functionURLEvent(cfg.Repo, key, st.gateway.body(nonStreaming))
 	if err != nil {
 		return rows, stop, err
 	}
-	b, err := startBootstrap(task, storeEnv, nil, event, filepath.Join(st.dir, "lambda-rate.log"))
+	b, _, err := startBootstrap(task, storeEnv, nil, event, filepath.Join(st.dir, "lambda-rate.log"))
 	if err != nil {
-		return rows, stop, err
-	}
-	stop = append(stop, b.stop)
-	if _, err := b.wait(requestID(1)); err != nil {
 		return rows, stop, fmt.Errorf("Lambda bootstrap on DynamoDB Local: %w", err)
 	}
+	stop = append(stop, b.stop)
 	rows = append(rows, &rateRow{what: "DynamoDB Local, Lambda bootstrap", rate: lowRate, target: 1, onAWS: true,
 		gateway: server{name: "bootstrap", pid: b.pid(), send: func() error {
 			_, _, err := b.invoke(event)
@@ -229,12 +205,12 @@ func dynamoRateRows(ctx context.Context, cfg Config, st *stack) (rows []*rateRow
 }
 
 // errors are what went wrong in the rate phases, for the run's list.
-func (res rateResults) errors() []string {
+func (rs rateResults) errors() []string {
 	var out []string
-	if res.err != nil {
-		out = append(out, res.err.Error())
+	if rs.err != nil {
+		out = append(out, rs.err.Error())
 	}
-	for _, row := range res.rows {
+	for _, row := range rs.rows {
 		for i, ph := range append(slices.Clone(row.gw), row.base...) {
 			if ph.firstErr != nil {
 				out = append(out, fmt.Sprintf("rate %.0f/s, %s, phase %d: %v", row.rate, row.what, i+1, ph.firstErr))

@@ -63,36 +63,43 @@ func perRound[T any](rounds []T, f func(T) float64) spread {
 }
 
 // side picks one phase of a round: the direct call, or the call through one of the proxies.
-type side func(pair) phase
+type side int
 
-func ofDirect(p pair) phase  { return p.direct }
-func ofGateway(p pair) phase { return p.gateway }
-func ofBare(p pair) phase    { return p.bare }
+const (
+	ofDirect side = iota
+	ofGateway
+	ofBare
+)
+
+// of is, per round, f of the phase that via picks.
+func of(ps []pair, via side, f func(phase) float64) spread {
+	return perRound(ps, func(p pair) float64 { return f(p[via]) })
+}
 
 // hasBare reports whether the bare proxy was measured in every round.
 func hasBare(ps []pair) bool {
-	return len(ps) > 0 && !slices.ContainsFunc(ps, func(p pair) bool { return p.bare.elapsed == 0 })
+	return len(ps) > 0 && !slices.ContainsFunc(ps, func(p pair) bool { return p[ofBare].elapsed == 0 })
 }
 
 // at is a phase's quantile q of time to the first event (ttfb) or of the whole answer.
-func at(ph phase, q float64, ttfb bool) time.Duration {
+func (p phase) at(q float64, ttfb bool) time.Duration {
 	if ttfb {
-		return ph.ttfb.q(q)
+		return p.ttfb.q(q)
 	}
-	return ph.total.q(q)
+	return p.total.q(q)
 }
 
 func quant(ps []pair, via side, q float64, ttfb bool) spread {
-	return perRound(ps, func(p pair) float64 { return us(at(via(p), q, ttfb)) })
+	return of(ps, via, func(ph phase) float64 { return us(ph.at(q, ttfb)) })
 }
 
 // added is, per round, what going through via adds to the direct call's quantile q.
 func added(ps []pair, via side, q float64, ttfb bool) spread {
-	return perRound(ps, func(p pair) float64 { return us(at(via(p), q, ttfb) - at(p.direct, q, ttfb)) })
+	return perRound(ps, func(p pair) float64 { return us(p[via].at(q, ttfb) - p[ofDirect].at(q, ttfb)) })
 }
 
 func ratio(ps []pair, via side, q float64, ttfb bool) spread {
-	return perRound(ps, func(p pair) float64 { return float64(at(via(p), q, ttfb)) / float64(at(p.direct, q, ttfb)) })
+	return perRound(ps, func(p pair) float64 { return float64(p[via].at(q, ttfb)) / float64(p[ofDirect].at(q, ttfb)) })
 }
 
 // perChunk is a stream phase's median time per event after the first, in µs.
@@ -127,13 +134,20 @@ func perUnit(x float64, ph phase, chunks bool) float64 {
 	return x / n
 }
 
+// cpuSpread is, per round, the named process's CPU in µs per request (per event when chunks)
+// in the phase that via picks.
+func cpuSpread(ps []pair, via side, proc string, chunks bool) spread {
+	return of(ps, via, func(ph phase) float64 { return cpuPer(ph, proc, chunks) })
+}
+
 // errsOf counts the failed requests of the direct calls and of those through via.
-func errsOf(ps []pair, via side) (direct, through int64) {
+func errsOf(ps []pair, via side) string {
+	var direct, through int64
 	for _, p := range ps {
-		direct += p.direct.errs
-		through += via(p).errs
+		direct += p[ofDirect].errs
+		through += p[via].errs
 	}
-	return direct, through
+	return fmt.Sprintf("%d / %d", direct, through)
 }
 
 // proxy is what stood between the client and the simulator in one row of a comparison.
@@ -144,8 +158,11 @@ type proxy struct {
 }
 
 // proxiesOf are the rows of a non-streaming comparison: the gateway, and the bare proxy when
-// it was measured.
+// it was measured; none without rounds.
 func proxiesOf(ps []pair) []proxy {
+	if len(ps) == 0 {
+		return nil
+	}
 	rows := []proxy{{"gateway", ofGateway, "gateway"}}
 	if hasBare(ps) {
 		rows = append(rows, proxy{"bare proxy", ofBare, "bareproxy"})
@@ -160,30 +177,23 @@ func verdict(ok bool) string {
 	return "**missed**"
 }
 
+func connections(n int) string {
+	if n == 1 {
+		return "1 connection"
+	}
+	return fmt.Sprintf("%d connections", n)
+}
+
 // reportMarkdown is BENCHMARKS.md's prose and layout; Report fills it with a reportView.
 //
 //go:embed report.md.tmpl
 var reportMarkdown string
 
 var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"row":     mdRow,
 	"verdict": verdict,
 	"usd":     func(d dollars) string { return fmt.Sprintf("%.2f | %.2f", d.Before, d.Now) },
 	"div":     func(a, b float64) float64 { return a / b },
 }).Parse(reportMarkdown))
-
-// mdRow is one row of a markdown table; an empty cell is written "| |".
-func mdRow(cells []string) string {
-	var b strings.Builder
-	for _, c := range cells {
-		b.WriteString("| ")
-		if c != "" {
-			b.WriteString(c + " ")
-		}
-	}
-	b.WriteString("|")
-	return b.String()
-}
 
 // table is a markdown table: a header and rows of cells.
 type table struct {
@@ -207,12 +217,12 @@ type reportView struct {
 	Closed    table
 	Open      *table
 	Streaming table
-	Short     *shortView
+	Short     *struct{ Direct, Gateway, Errors string } // 16-token streams at 8 connections
 	CPU       table
 	Memory    *memoryView
-	Cold      *coldView
+	Cold      *sectionView
 	GoBench   *goBenchView
-	Store     *storeView
+	Store     *sectionView
 	Errors    []string
 	// Rates, Baseline and Cost are computed in report_rate.go and report_cost.go.
 	Rates    *ratesView
@@ -220,62 +230,41 @@ type reportView struct {
 	Cost     *costView
 }
 
+// sectionView is a section's table, with the command that measured it and its errors.
+type sectionView struct {
+	Command string
+	Ops     int
+	Table   table
+	Errors  []error
+}
+
 type memoryView struct {
 	Streams int
 	Table   table
 	Errors  string
-	Live    *liveView
+	Live    *struct {
+		Opened             int
+		Total, Heap, Stack float64
+	} // KiB per stream by the runtime's count
 	LiveErr error
-}
-
-// shortView is the rate and the errors of 16-token streams at 8 connections.
-type shortView struct {
-	Direct, Gateway             string
-	DirectErrors, GatewayErrors int64
-}
-
-// liveView is what each open stream holds in the gateway by the runtime's count, in KiB.
-type liveView struct {
-	Opened             int
-	Total, Heap, Stack float64
-}
-
-// chunkView is what the gateway adds per relayed chunk in the Go benchmark.
-type chunkView struct {
-	Allocs, Bytes, Micros float64
-	Long, Short, Extra    int
-}
-
-type coldView struct {
-	Table  table
-	Errors []error
 }
 
 type goBenchView struct {
 	Command string
 	Table   table
 	Hot     *struct{ Allocs, Bytes, Micros float64 }
-	Chunk   *chunkView
-}
-
-type storeView struct {
-	Command string
-	Ops     int
-	Table   table
+	Chunk   *struct { // what the gateway adds per relayed chunk
+		Allocs, Bytes, Micros float64
+		Long, Short, Extra    int
+	}
 }
 
 // Report writes the results as the markdown of BENCHMARKS.md.
 func (r *Results) Report(w io.Writer, m Machine, command string) error {
 	v := reportView{Cfg: r.Cfg, M: m, Command: command, Started: r.Started.Format(time.RFC3339), LoadStart: r.LoadStart, Errors: r.Errors}
-	r.targets(&v)
-	r.latency(&v)
-	r.streaming(&v)
-	r.cpu(&v)
-	r.memory(&v)
-	r.cold(&v)
-	r.goBench(&v)
-	r.fixedRate(&v)
-	r.lambdaCost(&v)
+	for _, fill := range []func(*reportView){r.targets, r.latency, r.streaming, r.cpu, r.memory, r.cold, r.goBench, r.fixedRate, r.lambdaCost} {
+		fill(&v)
+	}
 	return reportTemplate.Execute(w, v)
 }
 
@@ -287,13 +276,19 @@ func (r *Results) targets(v *reportView) {
 		t.add("added p99, non-streaming, 8 connections < 2 ms", "issue 2", a99.fmt("%.0f")+" µs", verdict(a99.median() < 2000))
 		t.add("added p50 ≤ 0.3 ms", "issue 6", a50.fmt("%.0f")+" µs", verdict(a50.median() <= 300))
 		t.add("added p99 ≤ 1.5 ms", "issue 6", a99.fmt("%.0f")+" µs", verdict(a99.median() <= 1500))
-		gw := perRound(ps, func(p pair) float64 { return p.gateway.rate() })
-		di := perRound(ps, func(p pair) float64 { return p.direct.rate() })
-		t.add(fmt.Sprintf("≥ 3,000 req/s through the gateway at 8 connections (simulator alone: %s)", di.fmt("%.0f")), "issue 6",
+		gw := of(ps, ofGateway, phase.rate)
+		t.add(fmt.Sprintf("≥ 3,000 req/s through the gateway at 8 connections (simulator alone: %s)", of(ps, ofDirect, phase.rate).fmt("%.0f")), "issue 6",
 			gw.fmt("%.0f")+" req/s", verdict(gw.median() >= 3000))
+		if hasBare(ps) {
+			v.Bare = &struct{ BareP50, BareP99, GatewayP50, GatewayP99 float64 }{
+				added(ps, ofBare, .5, false).median(), added(ps, ofBare, .99, false).median(), a50.median(), a99.median()}
+		}
+		if cpuPer(ps[0][ofGateway], "loadgen", false) > 0 {
+			v.Bound = newCPUBound(ps, v.M.NProc)
+		}
 	}
 	if ps := r.Long[1]; len(ps) > 0 {
-		pc := perRound(ps, func(p pair) float64 { return perChunk(p.gateway) - perChunk(p.direct) })
+		pc := perRound(ps, func(p pair) float64 { return perChunk(p[ofGateway]) - perChunk(p[ofDirect]) })
 		t.add("added time per streamed chunk < 5 µs (1,000-token streams, 1 connection)", "issue 2", pc.fmt("%.2f")+" µs", verdict(pc.median() < 5))
 	}
 	if one, eight := cpuSpread(r.Long[1], ofGateway, "gateway", true), cpuSpread(r.Long[8], ofGateway, "gateway", true); len(one) > 0 || len(eight) > 0 {
@@ -304,17 +299,17 @@ func (r *Results) targets(v *reportView) {
 	if a, ok := relayPerChunk(r.GoBench, "allocs/op"); ok {
 		t.add("≤ 2 allocations added per relayed chunk (Go benchmark)", "issue 6", fmt.Sprintf("%.2f", a), verdict(a <= 2))
 	}
-	if mm := r.Memory; mm.gatewayOpen > 0 {
-		per := float64(mm.gwOpen-mm.gwIdle) / float64(mm.gatewayOpen)
-		bare := ""
-		if mm.proxyOpened > 0 {
-			bare = fmt.Sprintf(" (bare proxy: %.1f KiB)", float64(mm.proxyOpen-mm.proxyIdle)/float64(mm.proxyOpened)/1024)
+	if gw, bare := r.Memory.gateway, r.Memory.proxy; gw.opened > 0 {
+		proxy := ""
+		if bare.opened > 0 {
+			proxy = fmt.Sprintf(" (bare proxy: %.1f KiB)", kib(bare.perStream()))
 		}
 		live, liveOK := "not measured", false
-		if l := mm.live; l.opened > 0 {
+		if l := r.Memory.live; l.opened > 0 {
 			live, liveOK = fmt.Sprintf("%.1f KiB", kib(l.perStream.total())), l.perStream.total() <= 32*1024
 		}
-		t.add("≤ 32 KiB per idle open stream", "issue 6", fmt.Sprintf("RSS %.1f KiB%s; live heap and stacks %s", per/1024, bare, live), verdict(per <= 32*1024 && liveOK))
+		t.add("≤ 32 KiB per idle open stream", "issue 6", fmt.Sprintf("RSS %.1f KiB%s; live heap and stacks %s", kib(gw.perStream()), proxy, live),
+			verdict(gw.perStream() <= 32*1024 && liveOK))
 	}
 	if len(r.Cold.gateway) > 0 {
 		t.add("cold start to first 200 ≤ 50 ms (local server)", "issue 6", r.Cold.gateway.fmt("%.1f")+" ms", verdict(r.Cold.gateway.median() <= 50))
@@ -330,48 +325,35 @@ func (r *Results) targets(v *reportView) {
 			fmt.Sprintf("%s ms (on DynamoDB Local: %s)", lc.sqlite.cold.fmt("%.1f"), dynamo), verdict(lc.sqlite.cold.median() <= 50))
 	}
 	v.Targets = t
-	if ps := r.Closed[8]; hasBare(ps) {
-		v.Bare = &struct{ BareP50, BareP99, GatewayP50, GatewayP99 float64 }{
-			added(ps, ofBare, .5, false).median(), added(ps, ofBare, .99, false).median(),
-			added(ps, ofGateway, .5, false).median(), added(ps, ofGateway, .99, false).median()}
-	}
-	if ps := r.Closed[8]; len(ps) > 0 && cpuPer(ps[0].gateway, "loadgen", false) > 0 {
-		v.Bound = newCPUBound(ps, v.M.NProc)
-	}
 }
 
-// latencyHead is the head of the closed- and open-loop tables after their first columns.
-var latencyHead = []string{"direct p50 / p99 / p99.9", "proxy p50 / p99 / p99.9", "added p50", "added p99", "added p99.9", "ratio p50", "ratio p99"}
-
-// latencyRow is one proxy's row of the closed- or open-loop table.
-func latencyRow(first []string, ps []pair, via side, rates bool) []string {
+// latencyRow is one proxy's row of the closed- or open-loop table, its rates among the cells
+// when rates.
+func latencyRow(first string, ps []pair, x proxy, rates bool) []string {
 	q3 := func(via side) string {
 		return fmt.Sprintf("%.0f / %.0f / %.0f", quant(ps, via, .5, false).median(), quant(ps, via, .99, false).median(), quant(ps, via, .999, false).median())
 	}
-	row := append(first, q3(ofDirect), q3(via),
-		added(ps, via, .5, false).fmt("%.0f"), added(ps, via, .99, false).fmt("%.0f"), added(ps, via, .999, false).fmt("%.0f"),
-		ratio(ps, via, .5, false).fmt("%.2f"), ratio(ps, via, .99, false).fmt("%.2f"))
+	row := []string{first, x.name, q3(ofDirect), q3(x.via),
+		added(ps, x.via, .5, false).fmt("%.0f"), added(ps, x.via, .99, false).fmt("%.0f"), added(ps, x.via, .999, false).fmt("%.0f"),
+		ratio(ps, x.via, .5, false).fmt("%.2f"), ratio(ps, x.via, .99, false).fmt("%.2f")}
 	if rates {
-		row = append(row, perRound(ps, func(p pair) float64 { return p.direct.rate() }).fmt("%.0f"),
-			perRound(ps, func(p pair) float64 { return via(p).rate() }).fmt("%.0f"))
+		row = append(row, of(ps, ofDirect, phase.rate).fmt("%.0f"), of(ps, x.via, phase.rate).fmt("%.0f"))
 	}
-	de, pe := errsOf(ps, via)
-	return append(row, fmt.Sprintf("%d / %d", de, pe))
+	return append(row, errsOf(ps, x.via))
 }
 
 func (r *Results) latency(v *reportView) {
-	head := append(append([]string{"connections", "proxy"}, latencyHead...), "direct req/s", "proxy req/s", "errors (direct/proxy)")
-	v.Closed = table{Head: head}
+	head := []string{"direct p50 / p99 / p99.9", "proxy p50 / p99 / p99.9", "added p50", "added p99", "added p99.9", "ratio p50", "ratio p99"}
+	v.Closed = table{Head: slices.Concat([]string{"connections", "proxy"}, head, []string{"direct req/s", "proxy req/s", "errors (direct/proxy)"})}
 	for _, n := range slices.Sorted(maps.Keys(r.Closed)) {
-		ps := r.Closed[n]
-		for _, x := range proxiesOf(ps) {
-			v.Closed.add(latencyRow([]string{strconv.Itoa(n), x.name}, ps, x.via, true)...)
+		for _, x := range proxiesOf(r.Closed[n]) {
+			v.Closed.add(latencyRow(strconv.Itoa(n), r.Closed[n], x, true)...)
 		}
 	}
 	if ps := r.Open; len(ps) > 0 {
-		v.Open = &table{Head: append(append([]string{"rate", "proxy"}, latencyHead...), "errors (direct/proxy)")}
+		v.Open = &table{Head: slices.Concat([]string{"rate", "proxy"}, head, []string{"errors (direct/proxy)"})}
 		for _, x := range proxiesOf(ps) {
-			v.Open.add(latencyRow([]string{fmt.Sprintf("%.0f req/s", r.Cfg.OpenRate), x.name}, ps, x.via, false)...)
+			v.Open.add(latencyRow(fmt.Sprintf("%.0f req/s", r.Cfg.OpenRate), ps, x, false)...)
 		}
 	}
 }
@@ -379,74 +361,67 @@ func (r *Results) latency(v *reportView) {
 func (r *Results) streaming(v *reportView) {
 	t := table{Head: []string{"measure", "direct p50", "gateway p50", "added p50", "ratio p50", "direct p99", "gateway p99", "added p99", "ratio p99"}}
 	row := func(name string, ps []pair, ttfb bool) {
-		if len(ps) == 0 {
-			return
+		cells := []string{name}
+		for _, q := range []float64{.5, .99} {
+			cells = append(cells, fmt.Sprintf("%.0f", quant(ps, ofDirect, q, ttfb).median()), fmt.Sprintf("%.0f", quant(ps, ofGateway, q, ttfb).median()),
+				added(ps, ofGateway, q, ttfb).fmt("%.0f"), ratio(ps, ofGateway, q, ttfb).fmt("%.2f"))
 		}
-		f := func(q float64) []string {
-			return []string{fmt.Sprintf("%.0f", quant(ps, ofDirect, q, ttfb).median()), fmt.Sprintf("%.0f", quant(ps, ofGateway, q, ttfb).median()),
-				added(ps, ofGateway, q, ttfb).fmt("%.0f"), ratio(ps, ofGateway, q, ttfb).fmt("%.2f")}
-		}
-		t.add(append(append([]string{name}, f(.5)...), f(.99)...)...)
+		t.add(cells...)
 	}
-	row("16-token stream, 8 connections: first event", r.Short, true)
-	row("16-token stream, 8 connections: whole stream", r.Short, false)
-	for _, n := range []int{1, 8} {
-		ps := r.Long[n]
-		row(fmt.Sprintf("1,000-token stream, %s: first event", connections(n)), ps, true)
-		row(fmt.Sprintf("1,000-token stream, %s: whole stream", connections(n)), ps, false)
-		if len(ps) == 0 {
+	for _, s := range []struct {
+		name     string
+		ps       []pair
+		perChunk bool
+	}{{"16-token stream, 8 connections", r.Short, false}, {"1,000-token stream, 1 connection", r.Long[1], true}, {"1,000-token stream, 8 connections", r.Long[8], true}} {
+		if len(s.ps) == 0 {
 			continue
 		}
-		d := perRound(ps, func(p pair) float64 { return perChunk(p.direct) })
-		g := perRound(ps, func(p pair) float64 { return perChunk(p.gateway) })
-		a := perRound(ps, func(p pair) float64 { return perChunk(p.gateway) - perChunk(p.direct) })
-		rt := perRound(ps, func(p pair) float64 { return perChunk(p.gateway) / perChunk(p.direct) })
-		t.add(fmt.Sprintf("1,000-token stream, %s: per chunk (median)", connections(n)), fmt.Sprintf("%.2f", d.median()), fmt.Sprintf("%.2f", g.median()),
-			a.fmt("%.2f"), rt.fmt("%.2f"), "", "", "", "")
+		row(s.name+": first event", s.ps, true)
+		row(s.name+": whole stream", s.ps, false)
+		if ps := s.ps; s.perChunk {
+			t.add(s.name+": per chunk (median)", fmt.Sprintf("%.2f", of(ps, ofDirect, perChunk).median()), fmt.Sprintf("%.2f", of(ps, ofGateway, perChunk).median()),
+				perRound(ps, func(p pair) float64 { return perChunk(p[ofGateway]) - perChunk(p[ofDirect]) }).fmt("%.2f"),
+				perRound(ps, func(p pair) float64 { return perChunk(p[ofGateway]) / perChunk(p[ofDirect]) }).fmt("%.2f"), "", "", "", "")
+		}
 	}
 	v.Streaming = t
 	if ps := r.Short; len(ps) > 0 {
-		de, ge := errsOf(ps, ofGateway)
-		v.Short = &shortView{perRound(ps, func(p pair) float64 { return p.direct.rate() }).fmt("%.0f"),
-			perRound(ps, func(p pair) float64 { return p.gateway.rate() }).fmt("%.0f"), de, ge}
+		v.Short = &struct{ Direct, Gateway, Errors string }{of(ps, ofDirect, phase.rate).fmt("%.0f"), of(ps, ofGateway, phase.rate).fmt("%.0f"), errsOf(ps, ofGateway)}
 	}
 }
 
 func (r *Results) cpu(v *reportView) {
 	t := table{Head: []string{"measure", "simulator", "proxy", "ratio"}}
-	if ps := r.Closed[8]; len(ps) > 0 {
-		s := cpuSpread(ps, ofDirect, "simulator", false)
-		for _, x := range proxiesOf(ps) {
-			own, sim := cpuSpread(ps, x.via, x.proc, false), cpuSpread(ps, x.via, "simulator", false)
-			t.add("µs CPU per non-streamed request, 8 connections, "+x.name, s.fmt("%.1f"), fmt.Sprintf("%s [%s]", own.fmt("%.1f"), sim.fmt("%.1f")),
-				perRound(ps, func(p pair) float64 { return cpuPer(x.via(p), x.proc, false) / cpuPer(p.direct, "simulator", false) }).fmt("%.2f"))
+	closed := r.Closed[8]
+	for _, x := range proxiesOf(closed) {
+		t.add("µs CPU per non-streamed request, 8 connections, "+x.name, cpuSpread(closed, ofDirect, "simulator", false).fmt("%.1f"),
+			fmt.Sprintf("%s [%s]", cpuSpread(closed, x.via, x.proc, false).fmt("%.1f"), cpuSpread(closed, x.via, "simulator", false).fmt("%.1f")),
+			perRound(closed, func(p pair) float64 { return cpuPer(p[x.via], x.proc, false) / cpuPer(p[ofDirect], "simulator", false) }).fmt("%.2f"))
+	}
+	for _, n := range []int{1, 8} {
+		if ps := r.Long[n]; len(ps) > 0 {
+			t.add("µs CPU per streamed chunk, 1,000-token streams, "+connections(n), cpuSpread(ps, ofDirect, "simulator", true).fmt("%.2f"),
+				fmt.Sprintf("%s [%s]", cpuSpread(ps, ofGateway, "gateway", true).fmt("%.2f"), cpuSpread(ps, ofGateway, "simulator", true).fmt("%.2f")),
+				perRound(ps, func(p pair) float64 {
+					return cpuPer(p[ofGateway], "gateway", true) / cpuPer(p[ofDirect], "simulator", true)
+				}).fmt("%.2f"))
 		}
 	}
 	for _, n := range []int{1, 8} {
 		if ps := r.Long[n]; len(ps) > 0 {
-			s, sg := cpuSpread(ps, ofDirect, "simulator", true), cpuSpread(ps, ofGateway, "simulator", true)
-			t.add("µs CPU per streamed chunk, 1,000-token streams, "+connections(n), s.fmt("%.2f"), fmt.Sprintf("%s [%s]", cpuSpread(ps, ofGateway, "gateway", true).fmt("%.2f"), sg.fmt("%.2f")),
-				perRound(ps, func(p pair) float64 { return cpuPer(p.gateway, "gateway", true) / cpuPer(p.direct, "simulator", true) }).fmt("%.2f"))
+			t.add("chunks/s relayed per CPU core (1 / CPU per chunk), "+connections(n), fmt.Sprintf("%.0f", 1e6/cpuSpread(ps, ofDirect, "simulator", true).median()),
+				fmt.Sprintf("%.0f", 1e6/cpuSpread(ps, ofGateway, "gateway", true).median()), "")
 		}
 	}
-	for _, n := range []int{1, 8} {
-		if ps := r.Long[n]; len(ps) > 0 {
-			s := cpuSpread(ps, ofDirect, "simulator", true)
-			t.add("chunks/s relayed per CPU core (1 / CPU per chunk), "+connections(n), fmt.Sprintf("%.0f", 1e6/s.median()), fmt.Sprintf("%.0f", 1e6/cpuSpread(ps, ofGateway, "gateway", true).median()), "")
-		}
-	}
-	if ps := r.Closed[8]; len(ps) > 0 {
-		s := perRound(ps, func(p pair) float64 { return syscallsPer(p.direct, "simulator", false) })
-		for _, x := range proxiesOf(ps) {
-			t.add("system calls per non-streamed request, 8 connections, "+x.name, s.fmt("%.1f"),
-				perRound(ps, func(p pair) float64 { return syscallsPer(x.via(p), x.proc, false) }).fmt("%.1f"), "")
-		}
+	for _, x := range proxiesOf(closed) {
+		t.add("system calls per non-streamed request, 8 connections, "+x.name, of(closed, ofDirect, func(ph phase) float64 { return syscallsPer(ph, "simulator", false) }).fmt("%.1f"),
+			of(closed, x.via, func(ph phase) float64 { return syscallsPer(ph, x.proc, false) }).fmt("%.1f"), "")
 	}
 	for _, n := range []int{1, 8} {
 		if ps := r.Long[n]; len(ps) > 0 {
 			t.add("system calls per streamed chunk, 1,000-token streams, "+connections(n),
-				perRound(ps, func(p pair) float64 { return syscallsPer(p.direct, "simulator", true) }).fmt("%.3f"),
-				perRound(ps, func(p pair) float64 { return syscallsPer(p.gateway, "gateway", true) }).fmt("%.3f"), "")
+				of(ps, ofDirect, func(ph phase) float64 { return syscallsPer(ph, "simulator", true) }).fmt("%.3f"),
+				of(ps, ofGateway, func(ph phase) float64 { return syscallsPer(ph, "gateway", true) }).fmt("%.3f"), "")
 		}
 	}
 	v.CPU = t
@@ -459,42 +434,44 @@ func (r *Results) memory(v *reportView) {
 	}
 	mv := &memoryView{Streams: mm.streams, LiveErr: mm.liveErr, Table: table{Head: []string{"process", "streams open", "RSS before", "RSS with streams", "per open stream"}}}
 	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-	row := func(name string, n int, before, open int64) {
+	for _, h := range []struct {
+		name string
+		held
+	}{{"simulator, called directly", mm.direct}, {"gateway", mm.gateway}, {"simulator, behind the gateway", mm.behind}, {"bare proxy", mm.proxy}} {
 		per := "–"
-		if n > 0 {
-			per = fmt.Sprintf("%.1f KiB", float64(open-before)/float64(n)/1024)
+		if h.opened > 0 {
+			per = fmt.Sprintf("%.1f KiB", kib(h.perStream()))
 		}
-		mv.Table.add(name, strconv.Itoa(n), mib(before), mib(open), per)
+		mv.Table.add(h.name, strconv.Itoa(h.opened), mib(h.before), mib(h.with), per)
 	}
-	row("simulator, called directly", mm.directOpened, mm.simIdle, mm.simOpen)
-	row("gateway", mm.gatewayOpen, mm.gwIdle, mm.gwOpen)
-	row("simulator, behind the gateway", mm.gatewayOpen, mm.simIdleGw, mm.simOpenGw)
-	row("bare proxy", mm.proxyOpened, mm.proxyIdle, mm.proxyOpen)
 	if mm.directErr != nil || mm.gatewayErr != nil || mm.proxyErr != nil {
 		mv.Errors = fmt.Sprintf("direct %v; gateway %v; bare proxy %v", mm.directErr, mm.gatewayErr, mm.proxyErr)
 	}
 	if l := mm.live; l.opened > 0 {
-		mv.Live = &liveView{l.opened, kib(l.perStream.total()), kib(l.perStream.heapInuse), kib(l.perStream.stack)}
+		mv.Live = &struct {
+			Opened             int
+			Total, Heap, Stack float64
+		}{l.opened, kib(l.perStream.total()), kib(l.perStream.heapInuse), kib(l.perStream.stack)}
 	}
 	v.Memory = mv
 }
 
 func (r *Results) cold(v *reportView) {
-	lc := r.Cold.lambda
-	if len(r.Cold.gateway) == 0 && r.Cold.err == nil && len(lc.dynamo.cold) == 0 && len(lc.sqlite.cold) == 0 && lc.err == nil {
+	c, lc := r.Cold, r.Cold.lambda
+	if len(c.gateway) == 0 && c.err == nil && len(lc.dynamo.cold) == 0 && len(lc.sqlite.cold) == 0 && lc.err == nil {
 		return
 	}
-	cv := &coldView{Table: table{Head: []string{"binary", "ms to first 200", "of which init", "warm invocation, ms"}}}
-	cv.Table.add("simulator (`tests/bench/cmd/simserver`)", r.Cold.sim.fmt("%.1f"), "", "")
-	cv.Table.add("gateway (`functions/gateway`), local server", r.Cold.gateway.fmt("%.1f"), "", "")
-	cv.Table.add("gateway Lambda `bootstrap`, DynamoDB store (DynamoDB Local)", lc.dynamo.cold.fmt("%.1f"), lc.dynamo.init.fmt("%.1f"), lc.dynamo.warm.fmt("%.1f"))
-	cv.Table.add("gateway Lambda `bootstrap`, embedded store", lc.sqlite.cold.fmt("%.1f"), lc.sqlite.init.fmt("%.1f"), lc.sqlite.warm.fmt("%.1f"))
-	for _, err := range []error{r.Cold.err, lc.err} {
+	t := table{Head: []string{"binary", "ms to first 200", "of which init", "warm invocation, ms"}}
+	t.add("simulator (`tests/bench/cmd/simserver`)", c.sim.fmt("%.1f"), "", "")
+	t.add("gateway (`functions/gateway`), local server", c.gateway.fmt("%.1f"), "", "")
+	t.add("gateway Lambda `bootstrap`, DynamoDB store (DynamoDB Local)", lc.dynamo.cold.fmt("%.1f"), lc.dynamo.init.fmt("%.1f"), lc.dynamo.warm.fmt("%.1f"))
+	t.add("gateway Lambda `bootstrap`, embedded store", lc.sqlite.cold.fmt("%.1f"), lc.sqlite.init.fmt("%.1f"), lc.sqlite.warm.fmt("%.1f"))
+	v.Cold = &sectionView{Table: t}
+	for _, err := range []error{c.err, lc.err} {
 		if err != nil {
-			cv.Errors = append(cv.Errors, err)
+			v.Cold.Errors = append(v.Cold.Errors, err)
 		}
 	}
-	v.Cold = cv
 }
 
 func (r *Results) goBench(v *reportView) {
@@ -511,14 +488,17 @@ func (r *Results) goBench(v *reportView) {
 				fmt.Sprintf("%.0f", b.values["B/op"].median()), fmt.Sprintf("%.0f", b.values["allocs/op"].median()), strings.Join(other, ", "))
 		}
 		if g, s := findGoBench(r.GoBench, "BenchmarkChat/gateway"), findGoBench(r.GoBench, "BenchmarkChat/simulator"); g != nil && s != nil {
-			gv.Hot = &struct{ Allocs, Bytes, Micros float64 }{g.values["allocs/op"].median() - s.values["allocs/op"].median(),
-				g.values["B/op"].median() - s.values["B/op"].median(), (g.values["ns/op"].median() - s.values["ns/op"].median()) / 1000}
+			more := func(unit string) float64 { return g.values[unit].median() - s.values[unit].median() }
+			gv.Hot = &struct{ Allocs, Bytes, Micros float64 }{more("allocs/op"), more("B/op"), more("ns/op") / 1000}
 		}
 		allocs, ok1 := relayPerChunk(r.GoBench, "allocs/op")
 		size, ok2 := relayPerChunk(r.GoBench, "B/op")
 		ns, ok3 := relayPerChunk(r.GoBench, "ns/op")
 		if ok1 && ok2 && ok3 {
-			gv.Chunk = &chunkView{allocs, size, ns / 1000, longChunkTokens, shortChunkTokens, longChunkTokens - shortChunkTokens}
+			gv.Chunk = &struct {
+				Allocs, Bytes, Micros float64
+				Long, Short, Extra    int
+			}{allocs, size, ns / 1000, longChunkTokens, shortChunkTokens, longChunkTokens - shortChunkTokens}
 		}
 		v.GoBench = gv
 	}
@@ -526,7 +506,7 @@ func (r *Results) goBench(v *reportView) {
 	if sq == nil && len(r.Store) == 0 {
 		return
 	}
-	sv := &storeView{Command: r.StoreCmd, Ops: storeBenchOps, Table: table{Head: []string{"store", "admit p50", "admit p99", "settle p50", "settle p99", "calls per request"}}}
+	v.Store = &sectionView{Command: r.StoreCmd, Ops: storeBenchOps, Table: table{Head: []string{"store", "admit p50", "admit p99", "settle p50", "settle p99", "calls per request"}}}
 	row := func(name string, b *goBench) {
 		cells := []string{name}
 		for _, unit := range []string{"admit-p50-ms", "admit-p99-ms", "settle-p50-ms", "settle-p99-ms", "calls/op"} {
@@ -536,7 +516,7 @@ func (r *Results) goBench(v *reportView) {
 			}
 			cells = append(cells, c)
 		}
-		sv.Table.add(cells...)
+		v.Store.Table.add(cells...)
 	}
 	if sq != nil {
 		row("embedded (SQLite)", sq)
@@ -544,20 +524,6 @@ func (r *Results) goBench(v *reportView) {
 	for _, b := range r.Store {
 		row("DynamoDB ("+strings.TrimPrefix(b.name, "BenchmarkAdmitSettle/")+")", b)
 	}
-	v.Store = sv
-}
-
-// cpuSpread is, per round, the named process's CPU in µs per request (per event when chunks)
-// in the phase that via picks.
-func cpuSpread(ps []pair, via side, proc string, chunks bool) spread {
-	return perRound(ps, func(p pair) float64 { return cpuPer(via(p), proc, chunks) })
-}
-
-func connections(n int) string {
-	if n == 1 {
-		return "1 connection"
-	}
-	return fmt.Sprintf("%d connections", n)
 }
 
 // cpuBoundView explains the 8-connection latency figures by the CPU a request costs: the closed
@@ -572,11 +538,8 @@ type cpuBoundView struct {
 }
 
 func newCPUBound(ps []pair, cores int) *cpuBoundView {
-	rate := func(of side) float64 {
-		return perRound(ps, func(p pair) float64 { return of(p).rate() }).median()
-	}
-	cpu := func(of side, proc string) float64 { return cpuSpread(ps, of, proc, false).median() }
-	xd, xg := rate(ofDirect), rate(ofGateway)
+	cpu := func(via side, proc string) float64 { return cpuSpread(ps, via, proc, false).median() }
+	xd, xg := of(ps, ofDirect, phase.rate).median(), of(ps, ofGateway, phase.rate).median()
 	b := &cpuBoundView{ThroughGateway: 8 / xg * 1e6, Direct: 8 / xd * 1e6, Cores: cores,
 		Gateway: cpu(ofGateway, "gateway"), Simulator: cpu(ofGateway, "simulator"), LoadGen: cpu(ofGateway, "loadgen")}
 	b.Total = b.Gateway + b.Simulator + b.LoadGen

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -69,10 +70,7 @@ func (r *Results) fixedRate(v *reportView) {
 
 // table is the rows of the fixed-rate section, with the baseline's columns when a row has one.
 func (rs rateResults) table() table {
-	base := false
-	for _, row := range rs.rows {
-		base = base || row.baseline != nil
-	}
+	base := slices.ContainsFunc(rs.rows, func(row *rateRow) bool { return row.baseline != nil })
 	t := table{Head: []string{"process", "store", "rate", "CPU per request, ms", "context switches per request", "p50 latency, ms", "target"}}
 	if base {
 		t.Head = append(t.Head, "baseline, ms", "gateway / baseline")

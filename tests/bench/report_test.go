@@ -76,10 +76,10 @@ func fixtureResults() *Results {
 	pairs := func(base time.Duration, bare bool, chunks int64) []pair {
 		ps := make([]pair, 3)
 		for i := range ps {
-			ps[i].direct = ph(base, map[string]time.Duration{"simulator": 40 * time.Microsecond, "loadgen": 50 * time.Microsecond}, chunks)
-			ps[i].gateway = ph(base*3, map[string]time.Duration{"gateway": 150 * time.Microsecond, "simulator": 60 * time.Microsecond, "loadgen": 55 * time.Microsecond}, chunks)
+			ps[i][ofDirect] = ph(base, map[string]time.Duration{"simulator": 40 * time.Microsecond, "loadgen": 50 * time.Microsecond}, chunks)
+			ps[i][ofGateway] = ph(base*3, map[string]time.Duration{"gateway": 150 * time.Microsecond, "simulator": 60 * time.Microsecond, "loadgen": 55 * time.Microsecond}, chunks)
 			if bare {
-				ps[i].bare = ph(base*2, map[string]time.Duration{"bareproxy": 90 * time.Microsecond, "simulator": 55 * time.Microsecond}, chunks)
+				ps[i][ofBare] = ph(base*2, map[string]time.Duration{"bareproxy": 90 * time.Microsecond, "simulator": 55 * time.Microsecond}, chunks)
 			}
 		}
 		return ps
@@ -97,9 +97,9 @@ func fixtureResults() *Results {
 		Short:     pairs(time.Millisecond, false, 200*18),
 		Long:      map[int][]pair{1: pairs(8*time.Millisecond, false, 200*1002), 8: pairs(24*time.Millisecond, false, 200*1002)},
 		Open:      pairs(700*time.Microsecond, true, 0),
-		Memory: memory{streams: 1000, directOpened: 1000, gatewayOpen: 1000, simIdle: 12 << 20, simOpen: 36 << 20,
-			gwIdle: 33 << 20, gwOpen: 65 << 20, simIdleGw: 36 << 20, simOpenGw: 46 << 20, proxyOpened: 1000,
-			proxyIdle: 12 << 20, proxyOpen: 68 << 20, live: liveMemoryResult{opened: 1000, perStream: memStats{24000, 10000}}},
+		Memory: memory{streams: 1000, direct: held{1000, 12 << 20, 36 << 20}, gateway: held{1000, 33 << 20, 65 << 20},
+			behind: held{1000, 36 << 20, 46 << 20}, proxy: held{1000, 12 << 20, 68 << 20},
+			live: liveMemoryResult{opened: 1000, perStream: memStats{24000, 10000}}},
 		Cold: cold{gateway: sp(11, 10.5, 12.8), sim: sp(3, 2.9, 4.5),
 			lambda: lambdaCold{dynamo: lambdaTimes{init: sp(7, 5, 7.5), cold: sp(39, 33, 55), warm: sp(24, 12, 33)},
 				sqlite: lambdaTimes{init: sp(7, 6.7, 11), cold: sp(9.5, 8.8, 14), warm: sp(2.1, 1.2, 2.5)}}},
@@ -137,8 +137,8 @@ func fixtureRates() rateResults {
 			for j := range total {
 				total[j] = p50/2 + time.Duration(rnd.Int64N(int64(p50)))
 			}
-			ps[i] = ratePhase{requests: 160, cpu: 160 * (cpu + time.Duration(rnd.Int64N(int64(cpu/10)))),
-				switches: 160*switches + rnd.Int64N(160), elapsed: 8 * time.Second, total: total.sorted()}
+			ps[i] = ratePhase{used: 160 * (cpu + time.Duration(rnd.Int64N(int64(cpu/10)))),
+				switches: 160*switches + rnd.Int64N(160), phase: phase{elapsed: 8 * time.Second, total: total.sorted()}}
 		}
 		return ps
 	}
@@ -149,7 +149,7 @@ func fixtureRates() rateResults {
 			gw: phases(1100*time.Microsecond, 30, 900*time.Microsecond), base: phases(1600*time.Microsecond, 38, time.Millisecond)},
 		{what: "embedded store", rate: 500, gateway: gw, baseline: &base,
 			gw: phases(560*time.Microsecond, 9, 700*time.Microsecond), base: phases(580*time.Microsecond, 9, 720*time.Microsecond)},
-		{what: "DynamoDB Local, local server", rate: lowRate, gateway: gw, baseline: &base, withLocalPipeOf: "usage",
+		{what: "DynamoDB Local, local server", rate: lowRate, gateway: gw, baseline: &base,
 			gw: phases(2900*time.Microsecond, 60, 5*time.Millisecond), base: phases(3100*time.Microsecond, 64, 5*time.Millisecond)},
 		{what: "DynamoDB Local, Lambda bootstrap", rate: lowRate, target: 1, onAWS: true, gateway: server{name: "bootstrap"},
 			gw: phases(2200*time.Microsecond, 45, 6*time.Millisecond)},
@@ -168,7 +168,6 @@ func fixtureBaseline() baselineResults {
 		b.closed = append(b.closed, [2]phase{ph(1900*time.Millisecond+d, 3200, 0), ph(1850*time.Millisecond-d, 3100, 0)})
 		b.streams = append(b.streams, [2]phase{ph(1200*time.Millisecond+d, 400, 400*1002), ph(1300*time.Millisecond, 390, 390*1002)})
 		b.idle = append(b.idle, [2]float64{27.5*1024 + float64(i*100), 51.2 * 1024})
-		b.idleOpened = append(b.idleOpened, [2]int{1000, 1000})
 	}
 	return b
 }
@@ -182,10 +181,10 @@ func fixtureLambdaMemory() lambdaMemory {
 		fold:     foldCost{records: 287, bodyBytes: 1263, single: 6, batched: 2.08, batchMS: 39}}
 	for i := range 3 {
 		f := float64(i)
-		r := memoryRound{free: memoryStart{cold: 29.6 + f, firstByte: 5.4 + f/2, whole: 13.3 + f}, at: map[int]memoryStart{}}
+		r := memoryRound{0: memoryStart{cold: 29.6 + f, firstByte: 5.4 + f/2, whole: 13.3 + f}}
 		for _, mb := range lambdaMemorySizes {
 			slow := 1024 / float64(mb)
-			r.at[mb] = memoryStart{cold: 40 + 12*slow + f, firstByte: 5 + slow/2 + f/3, whole: 14 + slow + f/2, throttled: 0.05 * slow}
+			r[mb] = memoryStart{cold: 40 + 12*slow + f, firstByte: 5 + slow/2 + f/3, whole: 14 + slow + f/2, throttled: 0.05 * slow}
 		}
 		m.rounds = append(m.rounds, r)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/neocloud/kiln/pkg/store/dynamo/dynamotest"
+	"github.com/neocloud/kiln/tests/internal/build"
 )
 
 // Config is what a run measures and how long.
@@ -62,22 +63,26 @@ type Results struct {
 }
 
 // pair is one round of the same load against both targets, and, in the non-streaming phases,
-// against the bare proxy too (bare is empty in the others).
-type pair struct{ direct, gateway, bare phase }
+// against the bare proxy too (empty in the others), indexed by side.
+type pair [3]phase
 
+// memory is the RSS of each process before and while the slow streams were open, and the
+// gateway's live heap and stacks, measured on a stack of its own.
 type memory struct {
-	streams                   int
-	directOpened, gatewayOpen int
-	simIdle, simOpen          int64 // simulator RSS, direct streams
-	gwIdle, gwOpen            int64 // gateway RSS, streams through it
-	simIdleGw, simOpenGw      int64 // simulator RSS while serving the gateway's streams
-	proxyOpened               int
-	proxyIdle, proxyOpen      int64 // bare proxy RSS, streams through it
-	directErr, gatewayErr     error
-	proxyErr                  error
-	live                      liveMemoryResult // the gateway's live heap and stacks, on a stack of its own
-	liveErr                   error
+	streams                         int
+	direct, gateway, behind, proxy  held // behind: the simulator while it serves the gateway's streams
+	directErr, gatewayErr, proxyErr error
+	live                            liveMemoryResult
+	liveErr                         error
 }
+
+// held is one process's RSS before the streams through it opened and while they were open.
+type held struct {
+	opened       int
+	before, with int64
+}
+
+func (h held) perStream() float64 { return float64(h.with-h.before) / float64(h.opened) }
 
 type cold struct {
 	gateway, sim spread // ms from exec to the first 200
@@ -126,9 +131,9 @@ func Run(cfg Config) (*Results, error) {
 		}
 	}
 	logf("warming up")
-	closedLoop(st.direct, nonStreaming, 8, 0, time.Second, all)
-	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, all)
-	closedLoop(st.bare, nonStreaming, 8, 0, time.Second, all)
+	for _, t := range []target{st.direct, st.gateway, st.bare} {
+		closedLoop(t, nonStreaming, 8, 0, time.Second, all)
+	}
 	rates := func() {
 		if cfg.RateFor > 0 {
 			logf("rate phases: %d rounds of %v at %d/s", cfg.RateRounds, cfg.RateFor, lowRate)
@@ -154,33 +159,28 @@ func Run(cfg Config) (*Results, error) {
 	logf("memory: live heap and stacks of %d slow streams", cfg.Streams)
 	res.Memory.live, res.Memory.liveErr = measureLiveMemory(cfg, cfg.Streams)
 
-	// rounds measures f (direct) and g (the gateway), and b (the bare proxy) unless it is nil,
+	// rounds measures the direct target and the gateway, and the bare proxy too when bare,
 	// cfg.Rounds times. The order reverses every round (direct, bare, gateway; then gateway,
 	// bare, direct) so that a steady drift in the machine's speed hits all of them alike.
-	rounds := func(what string, f, g, b func() phase) []pair {
+	rounds := func(what string, bare bool, measure func(target) phase) []pair {
+		targets, order := [3]target{st.direct, st.gateway, st.bare}, []side{ofDirect, ofBare, ofGateway}
+		if !bare {
+			order = []side{ofDirect, ofGateway}
+		}
 		var ps []pair
 		for r := range cfg.Rounds {
 			var p pair
-			steps := []func(){func() { p.direct = f() }, func() { p.gateway = g() }}
-			if b != nil {
-				steps = slices.Insert(steps, 1, func() { p.bare = b() })
+			for _, s := range alternate(r, order) {
+				p[s] = measure(targets[s])
 			}
-			if r%2 == 1 {
-				slices.Reverse(steps)
-			}
-			for _, step := range steps {
-				step()
-			}
-			line := fmt.Sprintf("%s round %d: direct %s; gateway %s", what, r+1, p.direct.summary(), p.gateway.summary())
-			measured := []phase{p.direct, p.gateway}
-			if b != nil {
-				line += "; bare proxy " + p.bare.summary()
-				measured = append(measured, p.bare)
+			line := fmt.Sprintf("%s round %d: direct %s; gateway %s", what, r+1, p[ofDirect].summary(), p[ofGateway].summary())
+			if bare {
+				line += "; bare proxy " + p[ofBare].summary()
 			}
 			logf("%s", line)
-			for _, ph := range measured {
-				if ph.firstErr != nil {
-					res.Errors = append(res.Errors, fmt.Sprintf("%s round %d: %v", what, r+1, ph.firstErr))
+			for _, s := range order {
+				if err := p[s].firstErr; err != nil {
+					res.Errors = append(res.Errors, fmt.Sprintf("%s round %d: %v", what, r+1, err))
 				}
 			}
 			ps = append(ps, p)
@@ -188,31 +188,23 @@ func Run(cfg Config) (*Results, error) {
 		return ps
 	}
 	for _, n := range cfg.Conns {
-		res.Closed[n] = rounds(fmt.Sprintf("non-streaming, %d connections", n),
-			func() phase { return closedLoop(st.direct, nonStreaming, n, cfg.Warmup, cfg.Duration, all) },
-			func() phase { return closedLoop(st.gateway, nonStreaming, n, cfg.Warmup, cfg.Duration, all) },
-			func() phase { return closedLoop(st.bare, nonStreaming, n, cfg.Warmup, cfg.Duration, all) })
+		res.Closed[n] = rounds(fmt.Sprintf("non-streaming, %d connections", n), true,
+			func(t target) phase { return closedLoop(t, nonStreaming, n, cfg.Warmup, cfg.Duration, all) })
 	}
-	res.Short = rounds("streaming 16 tokens, 8 connections",
-		func() phase { return closedLoop(st.direct, shortStream, 8, cfg.Warmup, cfg.Duration, all) },
-		func() phase { return closedLoop(st.gateway, shortStream, 8, cfg.Warmup, cfg.Duration, all) }, nil)
+	res.Short = rounds("streaming 16 tokens, 8 connections", false,
+		func(t target) phase { return closedLoop(t, shortStream, 8, cfg.Warmup, cfg.Duration, all) })
 	// At one connection the cores are mostly idle: the gateway's reads find fewer chunks, and its
 	// threads sleep and wake more often; at eight it is busy and its reads find more chunks waiting.
 	for _, n := range []int{1, 8} {
-		res.Long[n] = rounds("streaming 1,000 tokens, "+connections(n),
-			func() phase { return closedLoop(st.direct, longStream, n, cfg.Warmup, cfg.Duration, all) },
-			func() phase { return closedLoop(st.gateway, longStream, n, cfg.Warmup, cfg.Duration, all) }, nil)
+		res.Long[n] = rounds("streaming 1,000 tokens, "+connections(n), false,
+			func(t target) phase { return closedLoop(t, longStream, n, cfg.Warmup, cfg.Duration, all) })
 	}
 	if cfg.OpenRate > 0 {
-		res.Open = rounds(fmt.Sprintf("open loop %.0f/s", cfg.OpenRate),
-			func() phase { return openLoop(st.direct, cfg.OpenRate, cfg.OpenFor, all) },
-			func() phase { return openLoop(st.gateway, cfg.OpenRate, cfg.OpenFor, all) },
-			func() phase { return openLoop(st.bare, cfg.OpenRate, cfg.OpenFor, all) })
+		res.Open = rounds(fmt.Sprintf("open loop %.0f/s", cfg.OpenRate), true,
+			func(t target) phase { return openLoop(t, cfg.OpenRate, cfg.OpenFor, all) })
 	}
 
-	if !cfg.OnlyRates {
-		rates()
-	}
+	rates()
 
 	logf("cold start: %d rounds", cfg.ColdStarts)
 	st.gw.stop()
@@ -240,35 +232,30 @@ func Run(cfg Config) (*Results, error) {
 }
 
 // setUp builds the binaries and starts the simulator, the bare proxy in front of it and the
-// gateway (gwPkg overrides the gateway's package, for the profiling build), with an organization
-// that load cannot exhaust.
+// gateway (built with gwTags and gwEnv added to its environment, for the profiling build), with
+// an organization that load cannot exhaust.
 func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
 	dir, err := os.MkdirTemp("", "kilnbench-")
 	if err != nil {
 		return nil, err
 	}
-	st := &stack{dir: dir, simBin: filepath.Join(dir, "simserver"), ctlBin: filepath.Join(dir, "kilnctl"),
-		proxyBin: filepath.Join(dir, "bareproxy"), gwBin: cfg.GatewayBin}
+	st := &stack{dir: dir, gwBin: cfg.GatewayBin}
 	defer func() {
 		if err != nil {
 			st.proxy.stop()
 			st.sim.stop()
 		}
 	}()
-	builds := map[string]string{st.simBin: "./tests/bench/cmd/simserver", st.ctlBin: "./infra/kilnctl",
-		st.proxyBin: "./tests/bench/cmd/bareproxy"}
-	tags := map[string]string{}
-	if st.gwBin == "" || gwTags != "" {
-		st.gwBin = filepath.Join(dir, "gateway")
-		builds[st.gwBin], tags[st.gwBin] = "./functions/gateway", gwTags
+	bins, err := build.In(cfg.Repo, dir, []string{"-trimpath"}, "./tests/bench/cmd/simserver", "./infra/kilnctl", "./tests/bench/cmd/bareproxy")
+	if err != nil {
+		return nil, err
 	}
-	for out, pkg := range builds {
-		cmd := exec.Command("go", "build", "-trimpath", "-tags="+tags[out], "-o", out, pkg)
-		cmd.Dir = cfg.Repo
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+	st.simBin, st.ctlBin, st.proxyBin = bins[0], bins[1], bins[2]
+	if st.gwBin == "" || gwTags != "" {
+		if bins, err = build.In(cfg.Repo, dir, []string{"-trimpath", "-tags=" + gwTags}, "./functions/gateway"); err != nil {
+			return nil, err
 		}
+		st.gwBin = bins[0]
 	}
 
 	st.sim, err = start("simulator", st.simBin, nil, []string{"PATH=" + os.Getenv("PATH")}, filepath.Join(dir, "simserver.log"))
@@ -347,7 +334,9 @@ func sender(t target) func() error {
 // onDynamoDBLocal starts DynamoDB Local, creates through kilnctl the tables under prefix and the
 // benchmark's organization on them, and returns the server (which the caller stops, also after
 // an error), the store's environment for a gateway and the organization's key.
-func onDynamoDBLocal(ctx context.Context, st *stack, prefix string) (*dynamotest.Server, []string, string, error) {
+func onDynamoDBLocal(st *stack, prefix string) (*dynamotest.Server, []string, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	ddb, err := dynamotest.StartDynamoDBLocal(ctx)
 	if err != nil {
 		return nil, nil, "", err
@@ -375,80 +364,73 @@ func freeAddr() (string, error) {
 // slow streams through each are open.
 func measureMemory(st *stack, n int) memory {
 	m := memory{streams: n}
-	before, with, opened, err := heldRSS(st.direct, n, st.sim.pid())
-	m.simIdle, m.simOpen, m.directOpened, m.directErr = before[0], with[0], opened, err
-	before, with, opened, err = heldRSS(st.gateway, n, st.gw.pid(), st.sim.pid())
-	m.gwIdle, m.simIdleGw, m.gwOpen, m.simOpenGw, m.gatewayOpen, m.gatewayErr = before[0], before[1], with[0], with[1], opened, err
+	hs, err := heldRSS(st.direct, n, st.sim.pid())
+	m.direct, m.directErr = hs[0], err
+	hs, err = heldRSS(st.gateway, n, st.gw.pid(), st.sim.pid())
+	m.gateway, m.behind, m.gatewayErr = hs[0], hs[1], err
 	// What net/http alone holds on both sides of a proxied stream.
-	before, with, opened, err = heldRSS(st.bare, n, st.proxy.pid())
-	m.proxyIdle, m.proxyOpen, m.proxyOpened, m.proxyErr = before[0], with[0], opened, err
+	hs, err = heldRSS(st.bare, n, st.proxy.pid())
+	m.proxy, m.proxyErr = hs[0], err
 	return m
 }
 
 // heldRSS opens n slow streams through t and reads the RSS of the processes pids before they
 // opened and while they are open; then it closes them and waits a second for their settlement.
-func heldRSS(t target, n int, pids ...int) (before, with []int64, opened int, err error) {
-	read := func() []int64 {
-		out := make([]int64, len(pids))
-		for i, pid := range pids {
-			var rerr error
-			out[i], rerr = rss(pid)
-			err = errors.Join(err, rerr)
-		}
-		return out
+func heldRSS(t target, n int, pids ...int) ([]held, error) {
+	hs := make([]held, len(pids))
+	var rssErrs []error
+	for i, pid := range pids {
+		b, err := rss(pid)
+		hs[i].before, rssErrs = b, append(rssErrs, err)
 	}
-	before = read()
 	opened, closeAll, openErr := openStreams(t, n, 30*time.Second)
 	time.Sleep(500 * time.Millisecond)
-	with = read()
+	for i, pid := range pids {
+		w, err := rss(pid)
+		hs[i].with, hs[i].opened, rssErrs = w, opened, append(rssErrs, err)
+	}
 	closeAll()
 	time.Sleep(time.Second)
-	return before, with, opened, errors.Join(openErr, err)
+	return hs, errors.Join(openErr, errors.Join(rssErrs...))
 }
 
 // measureColdStart times, for each binary, exec to the first 200 answer to a chat completion;
 // the gateway restarts on the data directory the run already created.
-func measureColdStart(st *stack, rounds int) cold {
-	var c cold
+func measureColdStart(st *stack, rounds int) (c cold) {
 	for r := range rounds {
-		ms, err := coldStart(st.simBin, nil, []string{"PATH=" + os.Getenv("PATH")}, "-addr", st.direct, "Qwen/Qwen3-32B", filepath.Join(st.dir, "cold-sim.log"))
+		took, err := coldStart(st.simBin, []string{"PATH=" + os.Getenv("PATH")}, "-addr", st.direct, filepath.Join(st.dir, "cold-sim.log"))
 		if err != nil {
 			c.err = err
 			return c
 		}
-		c.sim = append(c.sim, ms)
-		ms, err = coldStart(st.gwBin, st.env, nil, "", st.gateway, "qwen3-32b", filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r)))
-		if err != nil {
+		c.sim = append(c.sim, took)
+		if took, err = coldStart(st.gwBin, st.env, "", st.gateway, filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r))); err != nil {
 			c.err = err
 			return c
 		}
-		c.gateway = append(c.gateway, ms)
+		c.gateway = append(c.gateway, took)
 	}
 	return c
 }
 
-// coldStart execs bin listening on a free port (through addrFlag, or KILN_ADDR in env) and
-// returns the milliseconds until a chat completion first answers 200.
-func coldStart(bin string, env, extraEnv []string, addrFlag string, t target, model, logPath string) (float64, error) {
+// coldStart execs bin with env, listening on a free port (through addrFlag, or KILN_ADDR), and
+// returns the milliseconds until a chat completion to t there first answers 200.
+func coldStart(bin string, env []string, addrFlag string, t target, logPath string) (float64, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return 0, err
 	}
-	var args []string
+	cmd := exec.Command(bin)
+	cmd.Env = append(slices.Clone(env), "KILN_ADDR="+addr)
 	if addrFlag != "" {
-		args = []string{addrFlag, addr}
-	}
-	e := append(append([]string(nil), env...), extraEnv...)
-	if addrFlag == "" {
-		e = append(e, "KILN_ADDR="+addr)
+		cmd = exec.Command(bin, addrFlag, addr)
+		cmd.Env = env
 	}
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return 0, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Env = e
 	cmd.Stderr = logf
 	t.url = "http://" + addr + "/v1/chat/completions"
 	body := t.body(nonStreaming)
@@ -457,18 +439,13 @@ func coldStart(bin string, env, extraEnv []string, addrFlag string, t target, mo
 	if err := cmd.Start(); err != nil {
 		return 0, err
 	}
-	p := &proc{name: bin, cmd: cmd}
-	defer p.stop()
+	defer (&proc{name: bin, cmd: cmd}).stop()
 	for time.Since(started) < 10*time.Second {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			time.Sleep(200 * time.Microsecond)
-			continue
-		}
-		conn.Close()
-		_, err = call(context.Background(), c, t, body, false)
-		if err == nil {
-			return float64(time.Since(started)) / float64(time.Millisecond), nil
+		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			conn.Close()
+			if _, err := call(context.Background(), c, t, body, false); err == nil {
+				return ms(time.Since(started)), nil
+			}
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
@@ -501,11 +478,10 @@ func kilnctl(ctlBin string, env []string, args ...string) ([]byte, error) {
 	cmd := exec.Command(ctlBin, args...)
 	cmd.Env = env
 	out, err := cmd.Output()
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		err = fmt.Errorf("%v\n%s", err, ee.Stderr)
+	}
 	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return nil, fmt.Errorf("kilnctl %s: %v\n%s", strings.Join(args, " "), err, ee.Stderr)
-		}
 		return nil, fmt.Errorf("kilnctl %s: %w", strings.Join(args, " "), err)
 	}
 	return out, nil

@@ -27,10 +27,15 @@ func Commands(dir string, pkgs ...string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return In(repo, dir, nil, pkgs...)
+}
+
+// In is Commands for the repository at repo, with flags added to go build's.
+func In(repo, dir string, flags []string, pkgs ...string) ([]string, error) {
 	bins := make([]string, len(pkgs))
 	for i, pkg := range pkgs {
 		bins[i] = filepath.Join(dir, filepath.Base(pkg))
-		cmd := exec.Command("go", "build", "-o", bins[i], pkg)
+		cmd := exec.Command("go", append(append([]string{"build", "-o", bins[i]}, flags...), pkg)...)
 		cmd.Dir = repo
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {

@@ -26,8 +26,8 @@ func main() {
 }
 
 func run() error {
-	addr := flag.String("addr", envOr("BAREPROXY_ADDR", "127.0.0.1:0"), "listen address (env BAREPROXY_ADDR)")
-	upstream := flag.String("upstream", os.Getenv("BAREPROXY_UPSTREAM"), "the model server, http://HOST:PORT (env BAREPROXY_UPSTREAM)")
+	addr := flag.String("addr", "127.0.0.1:0", "listen address")
+	upstream := flag.String("upstream", "", "the model server, http://HOST:PORT")
 	flag.Parse()
 	u, err := url.Parse(*upstream)
 	if err != nil || u.Scheme == "" || u.Host == "" {
@@ -70,13 +70,6 @@ func run() error {
 		return err
 	}
 	return nil
-}
-
-func envOr(key, fallback string) string {
-	if v := os.Getenv(key); v != "" {
-		return v
-	}
-	return fallback
 }
 
 // bufferPool is httputil.BufferPool over a sync.Pool of 4 KiB buffers.

@@ -7,8 +7,8 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -80,29 +80,18 @@ func run() error {
 		return err
 	}
 	fmt.Fprintf(&buf, "The whole run took %v.\n", time.Since(started).Round(time.Second))
-	if _, err := io.Copy(os.Stdout, bytes.NewReader(buf.Bytes())); err != nil {
+	if _, err := os.Stdout.Write(buf.Bytes()); err != nil || out == "" {
 		return err
 	}
-	if out != "" {
-		return os.WriteFile(out, buf.Bytes(), 0o644)
-	}
-	return nil
+	return os.WriteFile(out, buf.Bytes(), 0o644)
 }
 
-// findRepo walks up from the working directory to the directory holding go.mod.
+// findRepo is the directory holding the main module's go.mod, as the go command finds it.
 func findRepo() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	mod := strings.TrimSpace(string(out))
+	if err != nil || mod == "" || mod == os.DevNull {
+		return "", fmt.Errorf("no go.mod above the working directory (go env GOMOD: %v)", err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory")
-		}
-		dir = parent
-	}
+	return filepath.Dir(mod), nil
 }
