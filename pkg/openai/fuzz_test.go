@@ -148,6 +148,11 @@ func FuzzParseObject(f *testing.F) {
 		if got := Rewrite(nil, raw, fields); !bytes.Equal(got, obj) {
 			t.Fatalf("Rewrite without edits = %q, want %q", got, obj)
 		}
+		// AppendWithCost adds cost without parsing where no key can be "cost": the same bytes.
+		cost := Edit{Key: "cost", Value: []byte("0.000001155")}
+		if got, want := AppendWithCost(nil, raw, cost.Value), Rewrite(nil, raw, fields, cost); !bytes.Equal(got, want) {
+			t.Fatalf("AppendWithCost(%q) = %q, Rewrite gives %q", raw, got, want)
+		}
 		if len(fields) > 8 {
 			return
 		}
