@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
-	"sort"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -80,23 +79,7 @@ func restQuery(ev *events.APIGatewayProxyRequest) string {
 			q.Set(k, v)
 		}
 	}
-	keys := make([]string, 0, len(q))
-	for k := range q {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		for _, v := range q[k] {
-			if b.Len() > 0 {
-				b.WriteByte('&')
-			}
-			b.WriteString(url.QueryEscape(k))
-			b.WriteByte('=')
-			b.WriteString(url.QueryEscape(v))
-		}
-	}
-	return b.String()
+	return q.Encode() // sorted by key, each value in its order
 }
 
 // newRequest builds a server-side request as net/http would parse it: URL from the request
