@@ -2,6 +2,7 @@ package lambdaserve
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
@@ -14,10 +15,7 @@ import (
 
 // functionURLRequest builds the http.Request of a function URL invocation (payload format 2.0).
 func functionURLRequest(ctx context.Context, ev *events.LambdaFunctionURLRequest) (*http.Request, error) {
-	target := ev.RawPath
-	if target == "" {
-		target = "/"
-	}
+	target := cmp.Or(ev.RawPath, "/")
 	if ev.RawQueryString != "" {
 		target += "?" + ev.RawQueryString
 	}
@@ -40,10 +38,7 @@ func functionURLRequest(ctx context.Context, ev *events.LambdaFunctionURLRequest
 // format 1.0). Path is the resource path the client asked for, without the stage (and without a
 // custom domain's base path, which Kiln maps at the root).
 func restAPIRequest(ctx context.Context, ev *events.APIGatewayProxyRequest) (*http.Request, error) {
-	target := ev.Path
-	if target == "" {
-		target = "/"
-	}
+	target := cmp.Or(ev.Path, "/")
 	if q := restQuery(ev); q != "" {
 		target += "?" + q
 	}
