@@ -83,15 +83,15 @@ func AppendWithCost(dst, usage, cost []byte) []byte {
 	return Rewrite(dst, usage, fields, Edit{Key: "cost", Value: cost})
 }
 
-// lastMemberEnd returns where the last member of usage, a valid JSON object with members, ends,
-// when none of its keys can be "cost": no "cost" and no escape is written in it. ok is false
-// otherwise, and for anything else.
+// lastMemberEnd returns where the last member of usage, valid JSON, ends, when usage is an object
+// with members none of whose keys can be "cost": no "cost" and no escape is written in it. ok is
+// false otherwise.
 func lastMemberEnd(usage []byte) (at int, ok bool) {
-	end := bytes.LastIndexByte(usage, '}')
-	if end < 0 || bytes.Contains(usage, []byte(`"cost"`)) || bytes.IndexByte(usage, '\\') >= 0 {
+	if len(usage) < 2 || usage[0] != '{' || usage[len(usage)-1] != '}' ||
+		bytes.Contains(usage, []byte(`"cost"`)) || bytes.IndexByte(usage, '\\') >= 0 {
 		return 0, false
 	}
-	for at = end; at > 0 && isSpace(usage[at-1]); at-- {
+	for at = len(usage) - 1; isSpace(usage[at-1]); at-- {
 	}
-	return at, at > 0 && usage[at-1] != '{'
+	return at, usage[at-1] != '{'
 }
