@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"io"
@@ -60,8 +61,8 @@ func (m *Metrics) Request(e usage.Event, now time.Time) {
 	}
 	line := map[string]any{
 		"StatusClass":      statusClass(e.HTTPStatus),
-		"Model":            orNone(e.Model),
-		"Backend":          orNone(e.Backend),
+		"Model":            cmp.Or(e.Model, "none"),
+		"Backend":          cmp.Or(e.Backend, "none"),
 		"Requests":         1,
 		"BackendErrors":    boolCount(e.Status == usage.StatusUpstreamError),
 		"SlotsLost":        boolCount(e.Status == usage.StatusSlotLost),
@@ -119,13 +120,6 @@ func statusClass(status int) string {
 		return "other"
 	}
 	return strconv.Itoa(status/100) + "xx"
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
 }
 
 func boolCount(b bool) int {

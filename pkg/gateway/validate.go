@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"unicode/utf8"
 
@@ -201,8 +202,7 @@ func checkParts(m *catalog.Model, at string, content jsontext.Value) *apiError {
 			return nestedInvalid(fmt.Sprintf("%s[%d]", at, i), err)
 		}
 		typ, _ := openai.String(part.Type)
-		need := map[string]string{"image_url": "image", "input_audio": "audio"}[typ]
-		if need != "" && !hasModality(m, need) {
+		if need := partModality[typ]; need != "" && !slices.Contains(m.InputModalities, need) {
 			p := fmt.Sprintf("%s[%d]", at, i)
 			return invalid(p, "unsupported_value", "Invalid content part '%s': model %s does not accept %s input.", p, m.ID, need)
 		}
@@ -210,14 +210,8 @@ func checkParts(m *catalog.Model, at string, content jsontext.Value) *apiError {
 	return nil
 }
 
-func hasModality(m *catalog.Model, kind string) bool {
-	for _, k := range m.InputModalities {
-		if k == kind {
-			return true
-		}
-	}
-	return false
-}
+// partModality is the input modality a content part of each type needs, beyond text.
+var partModality = map[string]string{"image_url": "image", "input_audio": "audio"}
 
 func checkTools(raw jsontext.Value) *apiError {
 	if raw.Kind() != '[' {

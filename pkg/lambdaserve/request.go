@@ -2,12 +2,12 @@ package lambdaserve
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"fmt"
 	"net/http"
 	"net/url"
-	"sort"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -15,10 +15,7 @@ import (
 
 // functionURLRequest builds the http.Request of a function URL invocation (payload format 2.0).
 func functionURLRequest(ctx context.Context, ev *events.LambdaFunctionURLRequest) (*http.Request, error) {
-	target := ev.RawPath
-	if target == "" {
-		target = "/"
-	}
+	target := cmp.Or(ev.RawPath, "/")
 	if ev.RawQueryString != "" {
 		target += "?" + ev.RawQueryString
 	}
@@ -41,10 +38,7 @@ func functionURLRequest(ctx context.Context, ev *events.LambdaFunctionURLRequest
 // format 1.0). Path is the resource path the client asked for, without the stage (and without a
 // custom domain's base path, which Kiln maps at the root).
 func restAPIRequest(ctx context.Context, ev *events.APIGatewayProxyRequest) (*http.Request, error) {
-	target := ev.Path
-	if target == "" {
-		target = "/"
-	}
+	target := cmp.Or(ev.Path, "/")
 	if q := restQuery(ev); q != "" {
 		target += "?" + q
 	}
@@ -80,23 +74,7 @@ func restQuery(ev *events.APIGatewayProxyRequest) string {
 			q.Set(k, v)
 		}
 	}
-	keys := make([]string, 0, len(q))
-	for k := range q {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	var b strings.Builder
-	for _, k := range keys {
-		for _, v := range q[k] {
-			if b.Len() > 0 {
-				b.WriteByte('&')
-			}
-			b.WriteString(url.QueryEscape(k))
-			b.WriteByte('=')
-			b.WriteString(url.QueryEscape(v))
-		}
-	}
-	return b.String()
+	return q.Encode() // sorted by key, each value in its order
 }
 
 // newRequest builds a server-side request as net/http would parse it: URL from the request

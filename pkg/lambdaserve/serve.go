@@ -23,6 +23,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/aws/aws-lambda-go/events"
 )
@@ -118,7 +119,7 @@ func (s *Handler) serve(r *http.Request, buildErr error) (head, io.ReadCloser, e
 			if v != http.ErrAbortHandler {
 				s.log.Error("handler panic", slog.String("error", err.Error()), slog.String("stack", string(debug.Stack())))
 			}
-			if !w.started() {
+			if !w.sent.Load() {
 				failed <- err // nothing was sent: the invocation fails as a whole
 				return
 			}
@@ -149,8 +150,7 @@ type responseWriter struct {
 	body   *io.PipeWriter
 	ready  chan head
 	once   sync.Once
-	mu     sync.Mutex
-	sent   bool
+	sent   atomic.Bool // the status went out: the handler has started its answer
 }
 
 func (w *responseWriter) Header() http.Header { return w.header }
@@ -160,9 +160,7 @@ func (w *responseWriter) WriteHeader(status int) {
 		return // informational answers have no place in the prelude
 	}
 	w.once.Do(func() {
-		w.mu.Lock()
-		w.sent = true
-		w.mu.Unlock()
+		w.sent.Store(true)
 		w.ready <- head{status: status, header: w.header.Clone()}
 	})
 }
@@ -180,12 +178,6 @@ func (w *responseWriter) Flush() {}
 
 // FlushError is what http.ResponseController calls.
 func (w *responseWriter) FlushError() error { return nil }
-
-func (w *responseWriter) started() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.sent
-}
 
 // framingHeaders are decided by the function URL or API Gateway, not by the function: the
 // response is streamed, so a Content-Length from the handler would describe a framing that is

@@ -38,6 +38,7 @@ func stdObject(t *testing.T, raw []byte) (keys []string, dup, anyDup bool, depth
 		}
 	}
 	dec = json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber() // a number out of float64's range (1e700) is still a token
 	// One set of keys per open container (nil for arrays); in an object, tokens alternate
 	// between a key and its value.
 	var open []map[string]bool
@@ -147,6 +148,11 @@ func FuzzParseObject(f *testing.F) {
 
 		if got := Rewrite(nil, raw, fields); !bytes.Equal(got, obj) {
 			t.Fatalf("Rewrite without edits = %q, want %q", got, obj)
+		}
+		// AppendWithCost adds cost without parsing where no key can be "cost": the same bytes.
+		cost := Edit{Key: "cost", Value: []byte("0.000001155")}
+		if got, want := AppendWithCost(nil, raw, cost.Value), Rewrite(nil, raw, fields, cost); !bytes.Equal(got, want) {
+			t.Fatalf("AppendWithCost(%q) = %q, Rewrite gives %q", raw, got, want)
 		}
 		if len(fields) > 8 {
 			return

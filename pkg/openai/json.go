@@ -107,8 +107,12 @@ func parseAnswer(dst []Field, raw []byte, a answer) ([]Field, error) {
 	// Pairwise: a server's objects are small, and a client's body is read by ParseRequest.
 	for k := 1; k < len(dst); k++ {
 		for j := range k {
-			if sameKey(raw, dst[j], dst[k]) {
-				return dst[:0], fmt.Errorf("%w %s at byte %d", ErrDuplicateKey, quoteKey(dst[k].Key(raw)), dst[k].KeyStart)
+			a, b := &dst[j], &dst[k]
+			if a.KeyEnd-a.KeyStart != b.KeyEnd-b.KeyStart && !a.escaped && !b.escaped {
+				continue // written without escapes, keys of different lengths differ
+			}
+			if sameKey(raw, a, b) {
+				return dst[:0], fmt.Errorf("%w %s at byte %d", ErrDuplicateKey, quoteKey(b.Key(raw)), b.KeyStart)
 			}
 		}
 	}
@@ -116,11 +120,11 @@ func parseAnswer(dst []Field, raw []byte, a answer) ([]Field, error) {
 }
 
 // sameKey reports whether two members' keys decode to the same text.
-func sameKey(raw []byte, a, b Field) bool {
-	if string(raw[a.KeyStart:a.KeyEnd]) == string(raw[b.KeyStart:b.KeyEnd]) {
-		return true
+func sameKey(raw []byte, a, b *Field) bool {
+	if a.escaped || b.escaped {
+		return a.Key(raw) == b.Key(raw)
 	}
-	return (a.escaped || b.escaped) && a.Key(raw) == b.Key(raw)
+	return string(raw[a.KeyStart:a.KeyEnd]) == string(raw[b.KeyStart:b.KeyEnd])
 }
 
 // plain reports whether a key as written decodes to itself: ASCII without escapes.
@@ -233,9 +237,9 @@ func quoteKey(key string) string {
 
 // Lookup returns the member of raw named key; fields are raw's members from ParseObject.
 func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
-	for _, f := range fields {
-		if named(raw, f, key) {
-			return f, true
+	for i := range fields {
+		if named(raw, &fields[i], key) {
+			return fields[i], true
 		}
 	}
 	return Field{}, false
@@ -243,12 +247,18 @@ func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
 
 // named reports whether f's key decodes to key. Most keys are written in ASCII without escapes,
 // which decode to themselves.
-func named(raw []byte, f Field, key string) bool {
-	if !f.escaped {
-		return string(raw[f.KeyStart+1:f.KeyEnd-1]) == key
+func named(raw []byte, f *Field, key string) bool {
+	if f.escaped {
+		return f.decodesTo(raw, key)
 	}
-	return f.Key(raw) == key
+	return string(raw[f.KeyStart+1:f.KeyEnd-1]) == key
 }
+
+// decodesTo reports whether f's key decodes to key. It is kept out of named, which Lookup and
+// Rewrite call for every member, so that named is inlined.
+//
+//go:noinline
+func (f *Field) decodesTo(raw []byte, key string) bool { return f.Key(raw) == key }
 
 // Edit is a change Rewrite makes to one member: Value (a valid JSON value) replaces the member's
 // value or is added as a new member; a nil Value removes the member.
@@ -273,14 +283,18 @@ func Rewrite(dst, raw []byte, fields []Field, edits ...Edit) []byte {
 	}
 	closing := end - 1 // the '}'
 	if len(fields) > 0 {
-		dst = append(dst, raw[start:fields[0].KeyStart]...)
 		closing = fields[len(fields)-1].ValueEnd
-	} else {
-		dst = append(dst, raw[start:closing]...)
+	}
+	// Bytes copied as they are accumulate in raw[run:upto] and are appended in one piece when a
+	// removed or edited member interrupts them: most members of a chunk are copied unchanged.
+	run, upto := start, closing
+	if len(fields) > 0 {
+		upto = fields[0].KeyStart
 	}
 	wrote := false
 	var applied uint64 // bit k: edits[k] named a member of raw
-	for k, f := range fields {
+	for k := range fields {
+		f := &fields[k]
 		e := -1
 		for i := range edits {
 			if named(raw, f, edits[i].Key) {
@@ -290,16 +304,22 @@ func Rewrite(dst, raw []byte, fields []Field, edits ...Edit) []byte {
 		if e >= 0 && edits[e].Value == nil {
 			continue
 		}
+		from := f.KeyStart
 		if wrote { // the separator before this member: a removed member takes the one before it
-			dst = append(dst, raw[fields[k-1].ValueEnd:f.KeyStart]...)
+			from = fields[k-1].ValueEnd
 		}
+		if from != upto {
+			dst = append(dst, raw[run:upto]...)
+			run = from
+		}
+		upto = f.ValueEnd
 		if e >= 0 {
-			dst = append(append(dst, raw[f.KeyStart:f.ValueStart]...), edits[e].Value...)
-		} else {
-			dst = append(dst, raw[f.KeyStart:f.ValueEnd]...)
+			dst = append(append(dst, raw[run:f.ValueStart]...), edits[e].Value...)
+			run = f.ValueEnd // what follows the value as written goes on from there
 		}
 		wrote = true
 	}
+	dst = append(dst, raw[run:upto]...)
 	for k, e := range edits {
 		if e.Value == nil || applied&(1<<k) != 0 || slices.ContainsFunc(edits[k+1:], func(l Edit) bool { return l.Key == e.Key }) {
 			continue // a later edit of the same key wins

@@ -89,6 +89,7 @@ func TestAppendWithCost(t *testing.T) {
 		{"whitespace kept", "{\n  \"prompt_tokens\": 9,\n  \"completion_tokens\": 12,\n  \"total_tokens\": 21\n}", "{\n  \"prompt_tokens\": 9,\n  \"completion_tokens\": 12,\n  \"total_tokens\": 21,\"cost\":0.000001155\n}"},
 		{"empty object", `{}`, `{"cost":0.000001155}`},
 		{"not an object is copied", `null`, `null`},
+		{"an array of objects is copied", `[{"prompt_tokens":9}]`, `[{"prompt_tokens":9}]`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

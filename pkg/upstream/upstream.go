@@ -6,6 +6,7 @@ package upstream
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -112,18 +113,10 @@ func newTransport(opt Options, plain bool) *http.Transport {
 
 // New builds a pool for every backend of the catalog.
 func New(c *catalog.Catalog, opt Options) *Pool {
-	if opt.ConnectTimeout == 0 {
-		opt.ConnectTimeout = 10 * time.Second
-	}
-	if opt.HeaderTimeout == 0 {
-		opt.HeaderTimeout = 120 * time.Second
-	}
-	if opt.FailureThreshold == 0 {
-		opt.FailureThreshold = 3
-	}
-	if opt.OpenFor == 0 {
-		opt.OpenFor = 5 * time.Second
-	}
+	opt.ConnectTimeout = cmp.Or(opt.ConnectTimeout, 10*time.Second)
+	opt.HeaderTimeout = cmp.Or(opt.HeaderTimeout, 120*time.Second)
+	opt.FailureThreshold = cmp.Or(opt.FailureThreshold, 3)
+	opt.OpenFor = cmp.Or(opt.OpenFor, 5*time.Second)
 	if opt.Now == nil {
 		opt.Now = time.Now
 	}
