@@ -83,21 +83,22 @@ func (g *Gateway) admit(w http.ResponseWriter, r *http.Request, ep *endpoint) (*
 		reqCtx: ctx,
 		fenced: fenced,
 		ep:     ep,
-		slot:   slot{lease: lease, lost: lost},
-		event: usage.Event{
+		admitted: &usage.Event{
 			Version:      usage.SchemaVersion,
 			GenerationID: genID,
 			OrgID:        p.OrgID,
 			KeyID:        p.KeyID,
 			Endpoint:     ep.name,
 			StartedAt:    started,
-			Status:       usage.StatusRejected,
+			Status:       usage.StatusInProgress,
 			Model:        modelID,
 			Stream:       req.stream,
 		},
+		event: decisions{Status: usage.StatusRejected},
+		slot:  slot{lease: lease, lost: lost},
 	}
 	g.admitted.Add(1)
-	g.unsettled.Store(genID, &pending{orgID: p.OrgID, event: x.event})
+	g.unsettled.Store(genID, x.admitted)
 	g.renewLeases(x)
 	if checkErr != nil {
 		return x, checkErr

@@ -19,5 +19,5 @@ func (x *exchange) deadlineError(ctx context.Context) error {
 	}
 	dl, _ := ctx.Deadline()
 	x.event.Status = usage.StatusDeadlineExceeded
-	return errDeadline(!dl.After(x.event.StartedAt))
+	return errDeadline(!dl.After(x.admitted.StartedAt))
 }

@@ -71,7 +71,7 @@ type Gateway struct {
 	modelsList []byte
 	modelByID  map[string][]byte
 	admitted   atomic.Int64  // requests admitted and not yet settled (unsettled's size)
-	unsettled  sync.Map      // generation id → *pending, from admission to the end of settlement
+	unsettled  sync.Map      // generation id → its *usage.Event as admitted, from admission to the end of settlement
 	admitting  chan struct{} // a token per admission waiting for the store
 	// unsettledLate counts settlements retried in the background after their answers ended.
 	unsettledLate atomic.Int64

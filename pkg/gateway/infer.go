@@ -48,9 +48,9 @@ func (g *Gateway) infer(w http.ResponseWriter, r *http.Request, ep *endpoint) er
 }
 
 // exchange is one admitted inference request on its way through the gateway. Its state is kept
-// by concern: the slot it holds until settlement (lease.go), what the backend consumed (meter),
-// what its settlement came to (outcome, settle.go), and its usage event, whose status each step
-// sets as it decides how the request ends.
+// by concern: its usage event as admitted (shared with GET /v1/generation, never written after
+// admission) and what each step decides of it; the slot it holds until settlement (lease.go);
+// what the backend consumed (meter); once settled, what that came to (outcome, settle.go).
 type exchange struct {
 	g      *Gateway
 	w      http.ResponseWriter
@@ -59,10 +59,20 @@ type exchange struct {
 	ep     *endpoint
 	req    *request // nil when the request failed its checks
 
-	slot    slot
-	meter   meter
-	outcome outcome
-	event   usage.Event
+	admitted *usage.Event
+	event    decisions
+	slot     slot
+	meter    meter
+	outcome  *outcome // nil until conclude
+}
+
+// decisions are what the steps of an exchange decide of its usage event; settlement adds them,
+// and what the meter measured, to the event as admitted. A stream's TTFT is metered.
+type decisions struct {
+	Status     usage.Status
+	HTTPStatus int
+	Backend    string
+	TTFTMillis int64
 }
 
 // fail answers with err before anything was streamed; the request is settled first.
@@ -79,7 +89,7 @@ func (x *exchange) forward(ctx context.Context) error {
 	x.event.Status = usage.StatusUpstreamError
 	ctx, cancel := x.backendContext(ctx)
 	defer cancel()
-	resp, err := x.g.opt.Upstream.Do(ctx, upstream.Call{Model: x.req.model, Path: x.ep.path, Body: x.req.forward, OrgID: x.event.OrgID})
+	resp, err := x.g.opt.Upstream.Do(ctx, upstream.Call{Model: x.req.model, Path: x.ep.path, Body: x.req.forward, OrgID: x.admitted.OrgID})
 	if x.req.stream {
 		x.meter.n, x.meter.prompts = x.req.choices()
 	}
@@ -131,7 +141,7 @@ func (x *exchange) unanswered(ctx context.Context, err error) error {
 	if derr := x.deadlineError(ctx); derr != nil {
 		return derr
 	}
-	x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend request failed", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
+	x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend request failed", slog.String("generation_id", x.admitted.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
 	return errBackendUnreachable
 }
 
@@ -154,7 +164,7 @@ func (x *exchange) answered(ctx context.Context, resp *upstream.Response) error 
 		if engineFailure(be.message) {
 			resp.StreamStatus(http.StatusInternalServerError)
 			_, logged := x.backendMessage(resp, be.message)
-			x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend engine failed", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.Int("backend_status", s), slog.String("backend_message", logged))
+			x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend engine failed", slog.String("generation_id", x.admitted.GenerationID), slog.String("backend", x.event.Backend), slog.Int("backend_status", s), slog.String("backend_message", logged))
 			return errBackendFailed
 		}
 		x.refused(ctx, resp, be)
@@ -162,7 +172,7 @@ func (x *exchange) answered(ctx context.Context, resp *upstream.Response) error 
 	case s == http.StatusTooManyRequests:
 		return errUnavailable(x.req.model.ID)
 	default:
-		x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend answered with an error", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.Int("backend_status", s))
+		x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend answered with an error", slog.String("generation_id", x.admitted.GenerationID), slog.String("backend", x.event.Backend), slog.Int("backend_status", s))
 		return errBackendStatus
 	}
 }
@@ -179,7 +189,7 @@ func (x *exchange) refused(ctx context.Context, resp *upstream.Response, be back
 	x.event.Status = usage.StatusRejected
 	_, logged := x.backendMessage(resp, be.message)
 	x.g.log.LogAttrs(ctx, slog.LevelInfo, "backend refused the request",
-		slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend),
+		slog.String("generation_id", x.admitted.GenerationID), slog.String("backend", x.event.Backend),
 		slog.Int("backend_status", be.status), slog.String("param", be.param), slog.String("backend_message", logged))
 }
 

@@ -224,7 +224,7 @@ func (x *exchange) closeStream(ctx context.Context, resp *upstream.Response, s *
 			err = errStreamDeadline
 			x.event.Status = usage.StatusDeadlineExceeded
 		default:
-			attrs := []slog.Attr{slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend)}
+			attrs := []slog.Attr{slog.String("generation_id", x.admitted.GenerationID), slog.String("backend", x.event.Backend)}
 			if be := r.refusal; be != nil {
 				// An error event that is not about the request: it counts as its status would.
 				resp.StreamStatus(max(be.status, http.StatusInternalServerError))
@@ -276,10 +276,9 @@ type relayState struct {
 	done      bool          // the backend ended the stream with [DONE]
 	refusal   *backendError // the error event the backend ended the stream with
 	err       error         // what else ended it: a read error, or a chunk that could not be relayed
-	edits     [2]openai.Edit
-
-	// id, object, created of the first chunk, to build a usage chunk if the backend sent none.
-	id, object, created []byte
+	// head is a usage chunk's start as the first chunk has it (its id, object and created),
+	// for the usage chunk the gateway sends when the backend sent none.
+	head []byte
 }
 
 // newRelayState returns the state of a relay of resp.
@@ -298,6 +297,7 @@ func newRelayState(x *exchange, resp *upstream.Response) *relayState {
 type chunkBuffers struct {
 	fields []openai.Field
 	chunk  openai.ChatCompletionChunk // its choices, read with the fields
+	edits  [2]openai.Edit
 	out    []byte
 }
 
@@ -336,23 +336,8 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 		r.refusal = errorEvent(data)
 		return nil, errBackendEvent
 	}
-	if r.id == nil {
-		for _, k := range [...]string{"id", "object", "created"} {
-			if f, ok := openai.Lookup(data, fields, k); ok {
-				v := append([]byte(nil), f.Value(data)...)
-				switch k {
-				case "id":
-					r.id = v
-				case "object":
-					r.object = v
-				case "created":
-					r.created = v
-				}
-			}
-		}
-		if r.id == nil {
-			r.id = []byte(`""`)
-		}
+	if r.head == nil {
+		r.head = usageChunkHead(data, fields)
 	}
 	usage := b.chunk.Usage
 	hasUsage := usage != nil
@@ -362,7 +347,7 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 	choices := cf.Value(data)
 	final := choices.Kind() == '[' && len(b.chunk.Choices) == 0
 	r.content = false
-	edits := r.edits[:0]
+	edits := b.edits[:0]
 	index := 0
 	if !final {
 		// With continuous usage, a content chunk's usage is its own choice's, so its index is
@@ -414,6 +399,25 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 	return b.out, nil
 }
 
+// usageChunkHead is the start of a usage chunk for the stream whose first chunk is data: its id
+// ("" when it has none), object and created, as the backend wrote them.
+func usageChunkHead(data []byte, fields []openai.Field) []byte {
+	var buf [256]byte
+	b := append(buf[:0], `{"id":`...)
+	if f, ok := openai.Lookup(data, fields, "id"); ok {
+		b = append(b, f.Value(data)...)
+	} else {
+		b = append(b, `""`...)
+	}
+	for _, k := range [...]string{"object", "created"} {
+		if f, ok := openai.Lookup(data, fields, k); ok {
+			b = append(append(append(b, `,"`...), k...), `":`...)
+			b = append(b, f.Value(data)...)
+		}
+	}
+	return bytes.Clone(b) // kept for the rest of the stream: no larger than it is
+}
+
 // errorEvent reads the error event a backend ended its stream with. It is kept out of chunk,
 // whose frame every chunk pays for.
 //
@@ -458,36 +462,12 @@ func (r *relayState) inspectChoice(chunk *openai.ChatCompletionChunk, wantIndex 
 	return index
 }
 
-// smallInt reads a choice index: a non-negative integer of at most six digits; -1 otherwise.
-func smallInt(v []byte) int {
-	if len(v) == 0 || len(v) > 6 {
-		return -1
-	}
-	n := 0
-	for _, c := range v {
-		if c < '0' || c > '9' {
-			return -1
-		}
-		n = n*10 + int(c-'0')
-	}
-	return n
-}
-
 // synthesizeUsage builds a usage chunk from the last usage the backend reported.
 func (r *relayState) synthesizeUsage() []byte {
 	x := r.x
 	u, _ := x.meter.current()
 	cost, _ := x.req.model.Pricing.Cost(u.PromptTokens, u.PromptTokensDetails.CachedTokens, u.CompletionTokens)
-	b := append([]byte(nil), `{"id":`...)
-	b = append(b, r.id...)
-	if r.object != nil {
-		b = append(b, `,"object":`...)
-		b = append(b, r.object...)
-	}
-	if r.created != nil {
-		b = append(b, `,"created":`...)
-		b = append(b, r.created...)
-	}
+	b := append([]byte(nil), r.head...) // a chunk with usage came: head is set
 	b = append(b, `,"model":`...)
 	b = strconv.AppendQuote(b, x.req.model.ID)
 	b = append(b, `,"choices":[],"usage":{"prompt_tokens":`...)

@@ -81,7 +81,7 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 
 	x.event.Status = usage.StatusCompleted
 	x.event.HTTPStatus = http.StatusOK
-	x.event.TTFTMillis = x.g.opt.Clock.Now().Sub(x.event.StartedAt).Milliseconds()
+	x.event.TTFTMillis = x.g.opt.Clock.Now().Sub(x.admitted.StartedAt).Milliseconds()
 	if !x.conclude() {
 		x.withhold()
 		return
@@ -121,7 +121,7 @@ func (x *exchange) badBackendBody(ctx context.Context, reason string, err error)
 		x.fail(derr)
 		return
 	}
-	x.g.log.LogAttrs(ctx, slog.LevelWarn, "bad backend answer", slog.String("generation_id", x.event.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
+	x.g.log.LogAttrs(ctx, slog.LevelWarn, "bad backend answer", slog.String("generation_id", x.admitted.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
 	x.event.Status = usage.StatusUpstreamError
 	x.fail(errBadGateway(reason))
 }

@@ -10,9 +10,8 @@ import (
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
-// outcome is what settling an exchange came to: conclude writes it once, end reads it.
+// outcome is what settling an exchange came to: conclude makes it once, end reads it.
 type outcome struct {
-	concluded bool             // conclude ran
 	st        store.Settlement // what conclude settled, or end retries
 	committed bool             // the settlement committed
 	withheld  bool             // the answer was not given for want of its settlement (withhold)
@@ -28,17 +27,16 @@ type outcome struct {
 // reports whether the settlement committed; when not, end retries it. conclude runs once; later
 // calls report the first outcome.
 func (x *exchange) conclude() bool {
-	o := &x.outcome
-	if o.concluded {
-		return o.committed
+	if x.outcome != nil {
+		return x.outcome.committed
 	}
-	o.concluded = true
 	g := x.g
-	o.st = x.settlement()
+	o := &outcome{st: x.settlement()}
+	x.outcome = o
 	res, err := g.settleRetrying(x.reqCtx, o.st, g.opt.Clock.Now().Add(g.opt.SettleWait))
 	if err != nil {
 		g.log.LogAttrs(x.reqCtx, slog.LevelWarn, "settlement not committed before the answer's end; retrying",
-			slog.String("generation_id", x.event.GenerationID), slog.String("org_id", x.event.OrgID), slog.String("error", err.Error()))
+			slog.String("generation_id", x.admitted.GenerationID), slog.String("org_id", x.admitted.OrgID), slog.String("error", err.Error()))
 		return false
 	}
 	o.committed, o.result = true, res
@@ -58,25 +56,28 @@ func (x *exchange) withhold() {
 	writeError(x.w, errStoreDown)
 }
 
-// settlement stops the lease's renewal and fence and meters the request into its event.
+// settlement stops the lease's renewal and fence and builds the request's usage event: the event
+// as admitted, what the steps decided, and what the meter measured.
 func (x *exchange) settlement() store.Settlement {
 	g := x.g
 	lease := x.slot.stop()
 	now := g.opt.Clock.Now()
+	ev := *x.admitted
+	ev.Status, ev.HTTPStatus, ev.Backend, ev.TTFTMillis = x.event.Status, x.event.HTTPStatus, x.event.Backend, x.event.TTFTMillis
 	if x.req != nil {
-		if err := x.meter.apply(&x.event, x.req.model.Pricing); err != nil {
-			g.log.LogAttrs(x.reqCtx, slog.LevelError, "cost not computable", slog.String("generation_id", x.event.GenerationID), slog.String("error", err.Error()))
+		if err := x.meter.apply(&ev, x.req.model.Pricing); err != nil {
+			g.log.LogAttrs(x.reqCtx, slog.LevelError, "cost not computable", slog.String("generation_id", ev.GenerationID), slog.String("error", err.Error()))
 		}
 	}
-	x.event.DurationMillis = max(now.Sub(x.event.StartedAt).Milliseconds(), x.event.TTFTMillis)
-	if x.event.Cost > lease.Reserved {
+	ev.DurationMillis = max(now.Sub(ev.StartedAt).Milliseconds(), ev.TTFTMillis)
+	if ev.Cost > lease.Reserved {
 		// The reservation is the request's proven worst case; a backend that reports more is
 		// billed up to it, the usage marked estimated (and the store would cap it too).
 		g.log.LogAttrs(x.reqCtx, slog.LevelError, "cost above the request's reservation; capped",
-			slog.String("generation_id", x.event.GenerationID), slog.String("cost", x.event.Cost.String()), slog.String("reserved", lease.Reserved.String()))
-		x.event.Cost, x.event.Estimated = lease.Reserved, true
+			slog.String("generation_id", ev.GenerationID), slog.String("cost", ev.Cost.String()), slog.String("reserved", lease.Reserved.String()))
+		ev.Cost, ev.Estimated = lease.Reserved, true
 	}
-	return store.Settlement{Lease: lease, Event: x.event, Now: now}
+	return store.Settlement{Lease: lease, Event: ev, Now: now}
 }
 
 // end finishes the exchange once its handler is done with it: a request that ended without a
@@ -87,21 +88,21 @@ func (x *exchange) settlement() store.Settlement {
 func (x *exchange) end() {
 	g := x.g
 	x.conclude()
-	if x.outcome.committed {
-		g.finish(x.outcome.st.Event, x.outcome.result, nil)
+	o := x.outcome
+	if o.committed {
+		g.finish(o.st.Event, o.result, nil)
 		return
 	}
-	st, withheld := x.outcome.st, x.outcome.withheld
 	retry := func() {
-		res, err := g.settleRetrying(x.reqCtx, st, g.opt.Clock.Now().Add(g.opt.SettleRetryFor))
-		if err == nil && res.AlreadyApplied && withheld {
+		res, err := g.settleRetrying(x.reqCtx, o.st, g.opt.Clock.Now().Add(g.opt.SettleRetryFor))
+		if err == nil && res.AlreadyApplied && o.withheld {
 			// The try that conclude gave up on did commit (its answer was lost, not the write):
 			// the record bills an answer the client never got. Nothing can undo that here
 			// without a second debit path; the line names it for a refund.
 			g.log.LogAttrs(context.Background(), slog.LevelError, "withheld answer was billed by an earlier try of its settlement; refund it",
-				slog.String("generation_id", st.Event.GenerationID), slog.String("org_id", st.Event.OrgID))
+				slog.String("generation_id", o.st.Event.GenerationID), slog.String("org_id", o.st.Event.OrgID))
 		}
-		g.finish(st.Event, res, err)
+		g.finish(o.st.Event, res, err)
 	}
 	if !g.opt.SettleInBackground {
 		retry()
@@ -171,13 +172,6 @@ func eventAttrs(e usage.Event) []slog.Attr {
 	}
 }
 
-// pending is a request admitted by this process and not yet settled: what GET /v1/generation
-// answers for it while it runs.
-type pending struct {
-	orgID string
-	event usage.Event // as admitted
-}
-
 // settled forgets a generation once it is settled (or abandoned).
 func (g *Gateway) settled(generationID string) {
 	if _, ok := g.unsettled.LoadAndDelete(generationID); ok {
@@ -189,10 +183,10 @@ func (g *Gateway) settled(generationID string) {
 // is still serving.
 func (g *Gateway) running(orgID, generationID string) (usage.Event, bool) {
 	v, ok := g.unsettled.Load(generationID)
-	if !ok || v.(*pending).orgID != orgID {
+	if !ok || v.(*usage.Event).OrgID != orgID {
 		return usage.Event{}, false
 	}
-	return v.(*pending).event, true
+	return *v.(*usage.Event), true
 }
 
 // settleRetrying applies a settlement, retrying with backoff while the store fails, until giveUp

@@ -47,10 +47,14 @@ type Decoder struct {
 
 	line []byte // a line that spans reads
 
-	// The event being read. Data aliases data until the next call to Next.
+	// The event being read. Its data is a slice of buf when it is one line read in one piece,
+	// as model servers send it: an open stream then keeps no copy of its last event. Otherwise,
+	// and before buf is read into again, the data is gathered in own.
 	size    int // bytes of the event so far, line ends included
 	lines   int // lines of the event so far
 	data    []byte
+	own     []byte
+	inBuf   bool // data is a slice of buf
 	hasData bool
 	comment bool
 	name    string
@@ -137,6 +141,10 @@ func (d *Decoder) start() {
 // that input is decoded. As bufio.Reader does, fill gives up on a reader that keeps returning
 // nothing.
 func (d *Decoder) fill() error {
+	if d.inBuf {
+		d.own = append(d.own[:0], d.data...)
+		d.data, d.inBuf = d.own, false
+	}
 	if d.r == d.w {
 		if err := d.readErr; err != nil {
 			d.readErr = nil
@@ -189,8 +197,8 @@ func (d *Decoder) scan() (ev Event, ok bool, err error) {
 			d.r = d.w
 			return Event{}, false, nil
 		}
-		line := b[:i]
-		if len(d.line) > 0 {
+		line, inBuf := b[:i], len(d.line) == 0
+		if !inBuf {
 			d.line = append(d.line, line...)
 			line = d.line
 		}
@@ -209,7 +217,7 @@ func (d *Decoder) scan() (ev Event, ok bool, err error) {
 		if err := d.grow(i + 1); err != nil {
 			return Event{}, false, d.fail(err)
 		}
-		dispatch := d.field(line)
+		dispatch := d.field(line, inBuf)
 		d.line = d.line[:0]
 		d.r += consumed
 		if dispatch {
@@ -226,7 +234,7 @@ func (d *Decoder) scan() (ev Event, ok bool, err error) {
 func (d *Decoder) finish() (Event, error) {
 	if len(d.line) > 0 {
 		// The last line had no line end; take it, since servers sometimes stop there.
-		d.field(d.line)
+		d.field(d.line, false)
 		d.line = d.line[:0]
 	}
 	d.err = io.EOF
@@ -253,9 +261,9 @@ func (d *Decoder) grow(n int) error {
 // reset starts a new event. The buffers of an unusually large event are dropped, not kept.
 func (d *Decoder) reset() {
 	d.size, d.lines = 0, 0
-	d.data = d.data[:0]
-	if cap(d.data) > retained {
-		d.data = nil
+	d.data, d.inBuf, d.own = nil, false, d.own[:0]
+	if cap(d.own) > retained {
+		d.own = nil
 	}
 	if cap(d.line) > retained {
 		d.line = nil
@@ -264,8 +272,9 @@ func (d *Decoder) reset() {
 	d.name = ""
 }
 
-// field processes one line, without its line end, and reports whether it was blank.
-func (d *Decoder) field(line []byte) bool {
+// field processes one line, without its line end, and reports whether it was blank. inBuf: the
+// line is a slice of buf.
+func (d *Decoder) field(line []byte, inBuf bool) bool {
 	if len(line) == 0 {
 		return true
 	}
@@ -283,10 +292,16 @@ func (d *Decoder) field(line []byte) bool {
 	}
 	switch string(name) {
 	case "data":
-		if d.hasData {
-			d.data = append(d.data, '\n')
+		switch {
+		case !d.hasData && inBuf:
+			d.data, d.inBuf = value, true
+		case !d.hasData:
+			d.own = append(d.own[:0], value...)
+			d.data = d.own
+		default: // a second data line: the first is copied unless it is already in own
+			d.own = append(append(append(d.own[:0], d.data...), '\n'), value...)
+			d.data, d.inBuf = d.own, false
 		}
-		d.data = append(d.data, value...)
 		d.hasData = true
 	case "event":
 		// Streams repeat the same few names; reusing the string keeps named events from allocating.
