@@ -30,9 +30,8 @@ type statements struct {
 	settleLedger  *sql.Stmt
 	debit         *sql.Stmt
 
-	foldMark      *sql.Stmt
-	foldDay       *sql.Stmt
-	markPublished *sql.Stmt
+	foldMark *sql.Stmt
+	foldDay  *sql.Stmt
 
 	mirrorClear  *sql.Stmt
 	mirrorInsert *sql.Stmt
@@ -99,8 +98,6 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 			cached_tokens = cached_tokens + excluded.cached_tokens,
 			completion_tokens = completion_tokens + excluded.completion_tokens,
 			cost = cost + excluded.cost`},
-		{w, &st.markPublished, `UPDATE usage SET unpublished_since = NULL
-			WHERE org_id = ? AND generation_id = ? AND unpublished_since IS NOT NULL`},
 
 		{w, &st.mirrorClear, `DELETE FROM leases`},
 		// OR IGNORE: an organization deleted meanwhile (the foreign key) is no reason to lose
@@ -124,7 +121,7 @@ func (st *statements) close() error {
 		st.savepoint, st.rollbackTo, st.release,
 		st.admitCheck, st.admitPurge, st.admitInsert, st.renew,
 		st.settleRelease, st.settleLimit, st.settleUsage, st.settleLedger, st.debit,
-		st.foldMark, st.foldDay, st.markPublished,
+		st.foldMark, st.foldDay,
 		st.mirrorClear, st.mirrorInsert,
 	} {
 		if s != nil {
