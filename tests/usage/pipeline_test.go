@@ -514,7 +514,7 @@ func TestPipeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	pipeLogs := &output.Buffer{}
-	target := pipe.SQS{Client: sqs.NewFromConfig(awsConfig(), func(o *sqs.Options) { o.BaseEndpoint = aws.String(queue.srv.URL) }), QueueURL: p.queueURL}
+	target := sqsTarget{client: sqs.NewFromConfig(awsConfig(), func(o *sqs.Options) { o.BaseEndpoint = aws.String(queue.srv.URL) }), queueURL: p.queueURL}
 	pp := pipe.New(st.Client(), arn, target, slog.New(slog.NewJSONHandler(pipeLogs, nil)))
 	pctx, stopPipe := context.WithCancel(context.Background())
 	pipeDone := make(chan struct{})

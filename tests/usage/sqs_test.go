@@ -1,4 +1,4 @@
-package pipe
+package pipeline
 
 import (
 	"context"
@@ -11,15 +11,17 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
-// SQS is the pipe's target as on AWS: one SendMessageBatch per batch to the queue at QueueURL.
-// Entries the queue refuses are sent again (up to three tries in all), the others not.
-type SQS struct {
-	Client   *sqs.Client
-	QueueURL string
+// sqsTarget is the pipe's target (pipe.Target) as on AWS: one SendMessageBatch per batch to the
+// queue at queueURL. Entries the queue refuses are sent again (up to three tries in all), the
+// others not. Only this suite sends to a queue: off AWS the gateway hands the pipe's batches to
+// the aggregator's handler itself (functions/gateway/pipe.go).
+type sqsTarget struct {
+	client   *sqs.Client
+	queueURL string
 }
 
-// Send implements Target.
-func (q SQS) Send(ctx context.Context, bodies []string) error {
+// Send implements pipe.Target.
+func (q sqsTarget) Send(ctx context.Context, bodies []string) error {
 	pending := make(map[string]string, len(bodies))
 	for i, b := range bodies {
 		pending[strconv.Itoa(i)] = b
@@ -33,7 +35,7 @@ func (q SQS) Send(ctx context.Context, bodies []string) error {
 				entries = append(entries, sqstypes.SendMessageBatchRequestEntry{Id: aws.String(id), MessageBody: aws.String(b)})
 			}
 		}
-		out, err := q.Client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &q.QueueURL, Entries: entries})
+		out, err := q.client.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: &q.queueURL, Entries: entries})
 		if err != nil {
 			return fmt.Errorf("SendMessageBatch: %w", err)
 		}
