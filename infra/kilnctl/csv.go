@@ -18,12 +18,14 @@ func writeCSV(w io.Writer, header []string, rows [][]string) error {
 	return cw.Error()
 }
 
-// safeCells applies csvCell to every cell, in place.
+// safeCells returns the cells through csvCell, leaving the caller's slice (a package-level
+// header, a row kept for another output) as it was.
 func safeCells(cells []string) []string {
+	safe := make([]string, len(cells))
 	for i, s := range cells {
-		cells[i] = csvCell(s)
+		safe[i] = csvCell(s)
 	}
-	return cells
+	return safe
 }
 
 // csvCell makes a cell safe to open in a spreadsheet (OWASP, "CSV Injection"): a cell that starts

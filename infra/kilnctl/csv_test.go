@@ -68,3 +68,21 @@ func TestCSVExportsEscapeFormulas(t *testing.T) {
 		t.Errorf("ledger amounts must stay numbers: %q", amounts)
 	}
 }
+
+// TestWriteCSVLeavesItsInput: the cells are escaped in what is written, not in the caller's
+// slices, so that a header or row written twice is escaped once each time.
+func TestWriteCSVLeavesItsInput(t *testing.T) {
+	header, row := []string{"=h"}, []string{"@r"}
+	for range 2 {
+		var b strings.Builder
+		if err := writeCSV(&b, header, [][]string{row}); err != nil {
+			t.Fatal(err)
+		}
+		if b.String() != "'=h\n'@r\n" {
+			t.Errorf("wrote %q", b.String())
+		}
+	}
+	if header[0] != "=h" || row[0] != "@r" {
+		t.Errorf("the input became %q, %q", header, row)
+	}
+}
