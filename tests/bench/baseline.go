@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"path/filepath"
-	"slices"
 	"time"
 )
 
@@ -20,10 +19,10 @@ type baselineResults struct {
 
 // compareBaseline measures the gateway st.gw and the baseline binary in cfg.Rounds rounds whose
 // order alternates: CPU per non-streamed request at 8 connections, CPU per streamed chunk, and
-// RSS per idle open stream (cfg.Streams slow streams).
+// RSS per idle open stream (cfg.Streams slow streams, through fresh processes of each binary).
 func compareBaseline(cfg Config, st *stack, logf func(string, ...any)) baselineResults {
 	res := baselineResults{bin: cfg.BaselineBin}
-	p, key, err := startBaseline(cfg, st, "data-compare", "baseline-compare.log")
+	p, key, err := st.startGateway("baseline gateway", cfg.BaselineBin, filepath.Join(st.dir, "baseline-compare"))
 	if err != nil {
 		res.err = err
 		return res
@@ -31,7 +30,7 @@ func compareBaseline(cfg Config, st *stack, logf func(string, ...any)) baselineR
 	defer p.stop()
 	base := st.through(p, key)
 	targets := [2]target{st.gateway, base}
-	pids := [2]int{st.gw.pid(), p.pid()}
+	pids, bins := [2]int{st.gw.pid(), p.pid()}, [2]string{st.gwBin, cfg.BaselineBin}
 	names := [2]string{"gateway", "baseline"}
 	closedLoop(base, nonStreaming, 8, 0, time.Second, watch{}) // warm up, as the gateway was
 
@@ -42,9 +41,11 @@ func compareBaseline(cfg Config, st *stack, logf func(string, ...any)) baselineR
 			w := watch{"gateway": pids[i]}
 			closed[i] = closedLoop(targets[i], nonStreaming, 8, cfg.Warmup, cfg.Duration, w)
 			streams[i] = closedLoop(targets[i], longStream, 8, cfg.Warmup, cfg.Duration, w)
-			if idle[i], err = rssPerStream(targets[i], pids[i], cfg.Streams); err != nil {
+			got, err := st.idleFresh(ofGateway, bins[i], cfg.Streams)
+			if err != nil {
 				res.err = fmt.Errorf("%s, round %d: %w", names[i], r+1, err)
 			}
+			idle[i] = got.front.perStream()
 		}
 		for i, name := range names {
 			logf("compare round %d: %s %.1f µs CPU per request at 8 connections, %.2f µs per chunk, %.1f KiB per idle stream",
@@ -76,26 +77,4 @@ func roundAnswered(r int, names [2]string, closed, streams [2]phase) (bool, erro
 		}
 	}
 	return answered, err
-}
-
-// startBaseline starts the baseline gateway (cfg.BaselineBin) with the benchmark's organization,
-// on an embedded store of its own under st.dir/data: two processes do not share one.
-func startBaseline(cfg Config, st *stack, data, logName string) (*proc, string, error) {
-	env := append(slices.Clone(st.env), "KILN_DATA_DIR="+filepath.Join(st.dir, data))
-	key, err := seedOrg(st.ctlBin, env)
-	if err != nil {
-		return nil, "", fmt.Errorf("baseline gateway: %w", err)
-	}
-	p, err := start("baseline gateway", cfg.BaselineBin, nil, env, filepath.Join(st.dir, logName))
-	return p, key, err
-}
-
-// rssPerStream opens n slow streams through t and returns how much the process pid's RSS grew
-// per stream that opened.
-func rssPerStream(t target, pid, n int) (float64, error) {
-	hs, err := heldRSS(t, n, pid)
-	if hs[0].opened == 0 {
-		return 0, fmt.Errorf("no stream of %d opened: %v", n, err)
-	}
-	return hs[0].perStream(), err
 }

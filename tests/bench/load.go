@@ -231,13 +231,13 @@ func closedLoop(t target, kind requestKind, conns int, warmup, dur time.Duration
 		})
 	}
 	time.Sleep(warmup)
-	cpu0, sys0 := read(w, cpuTime), read(w, syscalls)
+	cpu0, sys0 := read(w, processCPU), read(w, syscalls)
 	t0 := time.Now()
 	state.Store(measuring)
 	time.Sleep(dur)
 	state.Store(stopping)
 	p.elapsed = time.Since(t0)
-	p.cpu, p.syscalls = since(w, cpuTime, cpu0), since(w, syscalls, sys0)
+	p.cpu, p.syscalls = since(w, processCPU, cpu0), since(w, syscalls, sys0)
 	wg.Wait()
 	p.ttfb, p.total = p.ttfb.sorted(), p.total.sorted()
 	return p
@@ -250,12 +250,12 @@ func openLoop(t target, rate float64, dur time.Duration, w watch) phase {
 	c := newClient(512)
 	defer c.CloseIdleConnections()
 	body := t.body(nonStreaming)
-	cpu0, sys0 := read(w, cpuTime), read(w, syscalls)
+	cpu0, sys0 := read(w, processCPU), read(w, syscalls)
 	p := paced(rate, dur, 2048, func() error {
 		_, err := call(context.Background(), c, t, body, false)
 		return err
 	})
-	p.cpu, p.syscalls = since(w, cpuTime, cpu0), since(w, syscalls, sys0)
+	p.cpu, p.syscalls = since(w, processCPU, cpu0), since(w, syscalls, sys0)
 	return p
 }
 
@@ -297,17 +297,24 @@ func paced(rate float64, dur time.Duration, limit int64, send func() error) phas
 }
 
 // openStreams opens n slow streams and returns once each has delivered its first event (or
-// after timeout); close cancels them all and waits for their goroutines.
+// after timeout); close cancels them all and waits for their goroutines. At most maxOpening
+// requests wait for their answer's headers at once: the figure is what open streams hold, and a
+// burst of a thousand admissions at once would meet the gateway's bound on admissions waiting for
+// the store (pkg/gateway, maxAdmitting), which refuses the rest with 503.
 func openStreams(t target, n int, timeout time.Duration) (opened int, closeAll func(), err error) {
+	const maxOpening = 128
 	ctx, cancel := context.WithCancel(context.Background())
 	c := newClient(n)
 	body := t.body(slowStream)
 	var wg sync.WaitGroup
 	var ok, failed atomic.Int64
 	var firstErr atomic.Value
+	opening := make(chan struct{}, maxOpening)
 	for range n {
 		wg.Go(func() {
+			opening <- struct{}{}
 			resp, err := t.post(ctx, c, body)
+			<-opening
 			if err != nil {
 				failed.Add(1)
 				firstErr.CompareAndSwap(nil, err)

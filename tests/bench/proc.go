@@ -2,17 +2,20 @@ package bench
 
 import (
 	"bufio"
-	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // proc is a started child process whose stdout is scanned for its listen line.
@@ -83,33 +86,44 @@ func (p *proc) stop() {
 
 func (p *proc) pid() int { return p.cmd.Process.Pid }
 
-// clockTick is USER_HZ, the unit of utime and stime in /proc/PID/stat: 100 on every Linux
-// architecture Go supports.
-const clockTick = 10 * time.Millisecond
+// host is the address the process listens on, "HOST:PORT".
+func (p *proc) host() string { return strings.TrimSuffix(strings.TrimPrefix(p.base, "http://"), "/v1") }
 
-// cpuTime is the user plus system CPU time the process has used so far, from the kernel's own
-// accounting of it (/proc/PID/stat: the same counters getrusage reports).
-func cpuTime(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
+// processCPU is the CPU time the process has used so far, to the nanosecond, from the
+// scheduler's own count of it: the process's CPU-time clock (clock_getcpuclockid(3)), which
+// Linux lets any process read for another. /proc/PID/stat's utime and stime hold the same
+// total in 10 ms ticks, too coarse for a phase that spends a fraction of a second of CPU.
+func processCPU(pid int) (time.Duration, error) {
+	// MAKE_PROCESS_CPUCLOCK(pid, CPUCLOCK_SCHED) of the kernel's posix-timers.h.
+	clock := (^pid << 3) | 2
+	var ts syscall.Timespec
+	if _, _, errno := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, uintptr(clock), uintptr(unsafe.Pointer(&ts)), 0); errno != 0 {
+		return 0, fmt.Errorf("CPU clock of process %d: %w", pid, errno)
 	}
-	// The command name may hold spaces; the fields we want come after its closing parenthesis.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	return time.Duration(ts.Nano()), nil
+}
+
+// contextSwitches is how many times the process's threads have left the CPU so far, to wait
+// (voluntary: a futex, a sleep, a read with nothing to read) or preempted, summed over its
+// threads from /proc/PID/task/*/status. Threads that have exited are not counted; Go's seldom
+// exit.
+func contextSwitches(pid int) (int64, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("threads of process %d: none found", pid)
 	}
-	f := strings.Fields(string(b[i+1:]))
-	// After ")": state(3) ppid(4) ... utime is field 14, stime 15 (1-based in proc(5)).
-	if len(f) < 13 {
-		return 0, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	var n int64
+	for _, path := range tasks {
+		c, err := procCounters(path, "voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			continue // the thread exited meanwhile: its file is gone or cannot be read
+		}
+		if err != nil {
+			return 0, err
+		}
+		n += c
 	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: bad utime/stime", pid)
-	}
-	return time.Duration(utime+stime) * clockTick, nil
+	return n, nil
 }
 
 // syscalls is how many read- and write-family system calls the process has made so far

@@ -99,7 +99,7 @@ func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults 
 		}
 	}()
 	if cfg.BaselineBin != "" {
-		p, key, err := startBaseline(cfg, st, "data-baseline", "baseline-rate.log")
+		p, key, err := st.startGateway("baseline gateway", cfg.BaselineBin, filepath.Join(st.dir, "baseline-rate"))
 		if err != nil {
 			res.err = err
 			return res

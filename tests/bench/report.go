@@ -240,6 +240,7 @@ type sectionView struct {
 
 type memoryView struct {
 	Streams int
+	Rounds  int
 	Table   table
 	Errors  string
 	Live    *struct {
@@ -299,17 +300,17 @@ func (r *Results) targets(v *reportView) {
 	if a, ok := relayPerChunk(r.GoBench, "allocs/op"); ok {
 		t.add("≤ 2 allocations added per relayed chunk (Go benchmark)", "issue 6", fmt.Sprintf("%.2f", a), verdict(a <= 2))
 	}
-	if gw, bare := r.Memory.gateway, r.Memory.proxy; gw.opened > 0 {
+	if gw := r.Memory.perStream(ofGateway); len(gw) > 0 {
 		proxy := ""
-		if bare.opened > 0 {
-			proxy = fmt.Sprintf(" (bare proxy: %.1f KiB)", kib(bare.perStream()))
+		if bare := r.Memory.perStream(ofBare); len(bare) > 0 {
+			proxy = fmt.Sprintf(" (bare proxy: %s KiB)", bare.fmt("%.1f"))
 		}
 		live, liveOK := "not measured", false
 		if l := r.Memory.live; l.opened > 0 {
 			live, liveOK = fmt.Sprintf("%.1f KiB", kib(l.perStream.total())), l.perStream.total() <= 32*1024
 		}
-		t.add("≤ 32 KiB per idle open stream", "issue 6", fmt.Sprintf("RSS %.1f KiB%s; live heap and stacks %s", kib(gw.perStream()), proxy, live),
-			verdict(gw.perStream() <= 32*1024 && liveOK))
+		t.add("≤ 32 KiB per idle open stream", "issue 6", fmt.Sprintf("RSS %s KiB%s; live heap and stacks %s", gw.fmt("%.1f"), proxy, live),
+			verdict(gw.median() <= 32 && liveOK))
 	}
 	if len(r.Cold.gateway) > 0 {
 		t.add("cold start to first 200 ≤ 50 ms (local server)", "issue 6", r.Cold.gateway.fmt("%.1f")+" ms", verdict(r.Cold.gateway.median() <= 50))
@@ -432,20 +433,22 @@ func (r *Results) memory(v *reportView) {
 	if mm.streams == 0 {
 		return
 	}
-	mv := &memoryView{Streams: mm.streams, LiveErr: mm.liveErr, Table: table{Head: []string{"process", "streams open", "RSS before", "RSS with streams", "per open stream"}}}
-	mib := func(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
-	for _, h := range []struct {
-		name string
-		held
-	}{{"simulator, called directly", mm.direct}, {"gateway", mm.gateway}, {"simulator, behind the gateway", mm.behind}, {"bare proxy", mm.proxy}} {
-		per := "–"
-		if h.opened > 0 {
-			per = fmt.Sprintf("%.1f KiB", kib(h.perStream()))
-		}
-		mv.Table.add(h.name, strconv.Itoa(h.opened), mib(h.before), mib(h.with), per)
+	mv := &memoryView{Streams: mm.streams, Rounds: len(mm.rounds), LiveErr: mm.liveErr,
+		Table: table{Head: []string{"process", "streams open", "RSS before, MiB", "RSS with streams, MiB", "per open stream, KiB"}}}
+	for _, row := range []struct {
+		name   string
+		via    side
+		behind bool
+	}{{"simulator, called directly", ofDirect, false}, {"gateway", ofGateway, false}, {"simulator, behind the gateway", ofGateway, true},
+		{"bare proxy", ofBare, false}, {"simulator, behind the bare proxy", ofBare, true}} {
+		hs := mm.held(row.via, row.behind)
+		median := func(format string, f func(held) float64) string { return fmt.Sprintf(format, perRound(hs, f).median()) }
+		mv.Table.add(row.name, median("%.0f", func(h held) float64 { return float64(h.opened) }),
+			median("%.1f", func(h held) float64 { return float64(h.before) / (1 << 20) }), median("%.1f", func(h held) float64 { return float64(h.with) / (1 << 20) }),
+			perRound(hs, func(h held) float64 { return kib(h.perStream()) }).fmt("%.1f"))
 	}
-	if mm.directErr != nil || mm.gatewayErr != nil || mm.proxyErr != nil {
-		mv.Errors = fmt.Sprintf("direct %v; gateway %v; bare proxy %v", mm.directErr, mm.gatewayErr, mm.proxyErr)
+	if mm.err != nil {
+		mv.Errors = mm.err.Error()
 	}
 	if l := mm.live; l.opened > 0 {
 		mv.Live = &struct {

@@ -97,9 +97,7 @@ func fixtureResults() *Results {
 		Short:     pairs(time.Millisecond, false, 200*18),
 		Long:      map[int][]pair{1: pairs(8*time.Millisecond, false, 200*1002), 8: pairs(24*time.Millisecond, false, 200*1002)},
 		Open:      pairs(700*time.Microsecond, true, 0),
-		Memory: memory{streams: 1000, direct: held{1000, 12 << 20, 36 << 20}, gateway: held{1000, 33 << 20, 65 << 20},
-			behind: held{1000, 36 << 20, 46 << 20}, proxy: held{1000, 12 << 20, 68 << 20},
-			live: liveMemoryResult{opened: 1000, perStream: memStats{24000, 10000}}},
+		Memory:    memory{streams: 1000, rounds: fixtureIdle(), live: liveMemoryResult{opened: 1000, perStream: memStats{24000, 10000}}},
 		Cold: cold{gateway: sp(11, 10.5, 12.8), sim: sp(3, 2.9, 4.5),
 			lambda: lambdaCold{dynamo: lambdaTimes{init: sp(7, 5, 7.5), cold: sp(39, 33, 55), warm: sp(24, 12, 33)},
 				sqlite: lambdaTimes{init: sp(7, 6.7, 11), cold: sp(9.5, 8.8, 14), warm: sp(2.1, 1.2, 2.5)}}},
@@ -124,6 +122,21 @@ func fixtureResults() *Results {
 	r.Rates, r.Baseline = fixtureRates(), fixtureBaseline()
 	r.Cold.lambda.memory = fixtureLambdaMemory()
 	return r
+}
+
+// fixtureIdle is three made-up rounds of the memory phase, the figures per stream a little
+// apart in each.
+func fixtureIdle() [][3]idle {
+	var rounds [][3]idle
+	for i := range 3 {
+		d := int64(i) << 19
+		rounds = append(rounds, [3]idle{
+			ofDirect:  {front: held{1000, 12 << 20, 36<<20 + d}},
+			ofGateway: {front: held{1000, 14 << 20, 42<<20 + d}, behind: held{1000, 12 << 20, 22<<20 + d}},
+			ofBare:    {front: held{1000, 9 << 20, 65<<20 - d}, behind: held{1000, 12 << 20, 22 << 20}},
+		})
+	}
+	return rounds
 }
 
 // fixtureRates are made-up rate phases: the rows a run measures, with a baseline beside the

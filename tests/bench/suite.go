@@ -66,15 +66,19 @@ type Results struct {
 // against the bare proxy too (empty in the others), indexed by side.
 type pair [3]phase
 
-// memory is the RSS of each process before and while the slow streams were open, and the
+// memory is, per round, what the slow streams held in each side's fresh processes, and the
 // gateway's live heap and stacks, measured on a stack of its own.
 type memory struct {
-	streams                         int
-	direct, gateway, behind, proxy  held // behind: the simulator while it serves the gateway's streams
-	directErr, gatewayErr, proxyErr error
-	live                            liveMemoryResult
-	liveErr                         error
+	streams int
+	rounds  [][3]idle // by side
+	err     error
+	live    liveMemoryResult
+	liveErr error
 }
+
+// idle is what the slow streams through one side held in one round: in the process in front (the
+// simulator itself when called directly) and in the simulator behind it.
+type idle struct{ front, behind held }
 
 // held is one process's RSS before the streams through it opened and while they were open.
 type held struct {
@@ -84,6 +88,27 @@ type held struct {
 
 func (h held) perStream() float64 { return float64(h.with-h.before) / float64(h.opened) }
 
+// held is, over the rounds in which streams opened, what they held in the process in front of
+// via, or in the simulator behind it.
+func (m memory) held(via side, behind bool) []held {
+	var hs []held
+	for _, r := range m.rounds {
+		h := r[via].front
+		if behind {
+			h = r[via].behind
+		}
+		if h.opened > 0 {
+			hs = append(hs, h)
+		}
+	}
+	return hs
+}
+
+// perStream is, per round, the RSS per open stream in the process in front of via, in KiB.
+func (m memory) perStream(via side) spread {
+	return perRound(m.held(via, false), func(h held) float64 { return kib(h.perStream()) })
+}
+
 type cold struct {
 	gateway, sim spread // ms from exec to the first 200
 	err          error
@@ -92,11 +117,11 @@ type cold struct {
 
 // stack is the running simulator, gateway and bare proxy.
 type stack struct {
-	dir, simBin, gwBin, ctlBin, proxyBin string
-	sim, gw, proxy                       *proc
-	env                                  []string
-	key                                  string
-	direct, gateway, bare                target
+	dir, repo, simBin, gwBin, ctlBin, proxyBin string
+	sim, gw, proxy                             *proc
+	env                                        []string
+	key                                        string
+	direct, gateway, bare                      target
 }
 
 // Run builds the binaries, starts the stack, runs every phase and returns what it measured.
@@ -153,9 +178,8 @@ func Run(cfg Config) (*Results, error) {
 		return res, nil
 	}
 
-	// Memory first, while the gateway's heap holds nothing left over from the load phases.
-	logf("memory: %d slow streams", cfg.Streams)
-	res.Memory = measureMemory(st, cfg.Streams)
+	logf("memory: %d slow streams, %d rounds in fresh processes", cfg.Streams, cfg.Rounds)
+	res.Memory = measureMemory(cfg, st, logf)
 	logf("memory: live heap and stacks of %d slow streams", cfg.Streams)
 	res.Memory.live, res.Memory.liveErr = measureLiveMemory(cfg, cfg.Streams)
 
@@ -239,7 +263,7 @@ func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &stack{dir: dir, gwBin: cfg.GatewayBin}
+	st := &stack{dir: dir, repo: cfg.Repo, gwBin: cfg.GatewayBin}
 	defer func() {
 		if err != nil {
 			st.proxy.stop()
@@ -258,22 +282,14 @@ func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
 		st.gwBin = bins[0]
 	}
 
-	st.sim, err = start("simulator", st.simBin, nil, []string{"PATH=" + os.Getenv("PATH")}, filepath.Join(dir, "simserver.log"))
-	if err != nil {
+	if st.sim, err = st.startSim(dir); err != nil {
 		return nil, err
 	}
-	simHost := strings.TrimSuffix(strings.TrimPrefix(st.sim.base, "http://"), "/v1")
-	st.proxy, err = start("bare proxy", st.proxyBin, []string{"-upstream", "http://" + simHost},
-		[]string{"PATH=" + os.Getenv("PATH")}, filepath.Join(dir, "bareproxy.log"))
-	if err != nil {
+	if st.proxy, err = st.startProxy(dir, st.sim); err != nil {
 		return nil, err
 	}
-	ref, err := os.ReadFile(filepath.Join(cfg.Repo, "infra", "catalog.yaml"))
+	catalogPath, err := writeCatalog(cfg.Repo, dir, st.sim)
 	if err != nil {
-		return nil, err
-	}
-	catalogPath := filepath.Join(dir, "catalog.yaml")
-	if err := os.WriteFile(catalogPath, bytes.ReplaceAll(ref, []byte("127.0.0.1:8090"), []byte(simHost)), 0o600); err != nil {
 		return nil, err
 	}
 	st.env = []string{
@@ -284,12 +300,7 @@ func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
 	}
-	if st.key, err = seedOrg(st.ctlBin, st.env); err != nil {
-		return nil, err
-	}
-
-	st.gw, err = start("gateway", st.gwBin, nil, append(st.env, gwEnv...), filepath.Join(dir, "gateway.log"))
-	if err != nil {
+	if st.gw, st.key, err = st.startGateway("gateway", st.gwBin, dir, gwEnv...); err != nil {
 		return nil, err
 	}
 	st.direct = target{name: "direct", url: st.sim.base + "/chat/completions", model: "Qwen/Qwen3-32B",
@@ -300,6 +311,44 @@ func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
 	st.bare = st.direct
 	st.bare.name, st.bare.url = "bare proxy", st.proxy.base+"/chat/completions"
 	return st, nil
+}
+
+// startSim starts a simulator, its log in dir.
+func (st *stack) startSim(dir string) (*proc, error) {
+	return start("simulator", st.simBin, nil, []string{"PATH=" + os.Getenv("PATH")}, filepath.Join(dir, "simserver.log"))
+}
+
+// startProxy starts the bare proxy in front of the simulator sim, its log in dir.
+func (st *stack) startProxy(dir string, sim *proc) (*proc, error) {
+	return start("bare proxy", st.proxyBin, []string{"-upstream", "http://" + sim.host()},
+		[]string{"PATH=" + os.Getenv("PATH")}, filepath.Join(dir, "bareproxy.log"))
+}
+
+// writeCatalog writes in dir the reference catalog with its backends at the simulator sim, and
+// returns its path.
+func writeCatalog(repo, dir string, sim *proc) (string, error) {
+	ref, err := os.ReadFile(filepath.Join(repo, "infra", "catalog.yaml"))
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, "catalog.yaml")
+	return path, os.WriteFile(path, bytes.ReplaceAll(ref, []byte("127.0.0.1:8090"), []byte(sim.host())), 0o600)
+}
+
+// startGateway starts the gateway binary bin with the benchmark's organization on an embedded
+// store of its own under dir (two processes do not share one), its log there too, and returns
+// it with the organization's key; env is added to the run's (a later entry wins).
+func (st *stack) startGateway(name, bin, dir string, env ...string) (*proc, string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, "", err
+	}
+	env = slices.Concat(st.env, []string{"KILN_DATA_DIR=" + filepath.Join(dir, "data")}, env)
+	key, err := seedOrg(st.ctlBin, env)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", name, err)
+	}
+	p, err := start(name, bin, nil, env, filepath.Join(dir, "gateway.log"))
+	return p, key, err
 }
 
 // close stops the stack's processes and removes its directory.
@@ -360,38 +409,93 @@ func freeAddr() (string, error) {
 	return ln.Addr().String(), nil
 }
 
-// measureMemory reads the RSS of the simulator, the gateway and the bare proxy before and while n
-// slow streams through each are open.
-func measureMemory(st *stack, n int) memory {
-	m := memory{streams: n}
-	hs, err := heldRSS(st.direct, n, st.sim.pid())
-	m.direct, m.directErr = hs[0], err
-	hs, err = heldRSS(st.gateway, n, st.gw.pid(), st.sim.pid())
-	m.gateway, m.behind, m.gatewayErr = hs[0], hs[1], err
-	// What net/http alone holds on both sides of a proxied stream.
-	hs, err = heldRSS(st.bare, n, st.proxy.pid())
-	m.proxy, m.proxyErr = hs[0], err
+// measureMemory reads, in cfg.Rounds rounds whose order reverses every round, the RSS that
+// cfg.Streams slow streams hold in each side's processes, started afresh for each (idleFresh).
+func measureMemory(cfg Config, st *stack, logf func(string, ...any)) memory {
+	m := memory{streams: cfg.Streams}
+	names := [3]string{st.direct.name, st.gateway.name, st.bare.name}
+	for r := range cfg.Rounds {
+		var round [3]idle
+		for _, s := range alternate(r, []side{ofDirect, ofBare, ofGateway}) {
+			var err error
+			if round[s], err = st.idleFresh(s, st.gwBin, cfg.Streams); err != nil {
+				m.err = errors.Join(m.err, fmt.Errorf("%s, round %d: %w", names[s], r+1, err))
+			}
+		}
+		logf("memory round %d: %.1f KiB per idle stream directly, %.1f through the gateway, %.1f through the bare proxy", r+1,
+			kib(round[ofDirect].front.perStream()), kib(round[ofGateway].front.perStream()), kib(round[ofBare].front.perStream()))
+		m.rounds = append(m.rounds, round)
+	}
 	return m
 }
 
-// heldRSS opens n slow streams through t and reads the RSS of the processes pids before they
-// opened and while they are open; then it closes them and waits a second for their settlement.
-func heldRSS(t target, n int, pids ...int) ([]held, error) {
-	hs := make([]held, len(pids))
-	var rssErrs []error
-	for i, pid := range pids {
-		b, err := rss(pid)
-		hs[i].before, rssErrs = b, append(rssErrs, err)
+// idleFresh starts, in a directory of its own, a simulator and in front of it what via names
+// (nothing when direct; gwBin on an embedded store of its own when the gateway), so that no
+// earlier phase has grown their heaps, and returns what n slow streams through them hold in the
+// process in front and in the simulator behind it; then it stops them. One 16-token stream goes
+// through first, so that what a first request sets up once is not counted as the streams'.
+func (st *stack) idleFresh(via side, gwBin string, n int) (idle, error) {
+	dir, err := os.MkdirTemp(st.dir, "idle-")
+	if err != nil {
+		return idle{}, err
 	}
-	opened, closeAll, openErr := openStreams(t, n, 30*time.Second)
+	sim, err := st.startSim(dir)
+	if err != nil {
+		return idle{}, err
+	}
+	defer sim.stop()
+	t, front := st.direct, sim
+	t.url = sim.base + "/chat/completions"
+	switch via {
+	case ofBare:
+		if front, err = st.startProxy(dir, sim); err != nil {
+			return idle{}, err
+		}
+		t.url = front.base + "/chat/completions"
+	case ofGateway:
+		catalog, err := writeCatalog(st.repo, dir, sim)
+		if err != nil {
+			return idle{}, err
+		}
+		var key string
+		if front, key, err = st.startGateway("gateway", gwBin, dir, "KILN_CATALOG="+catalog); err != nil {
+			return idle{}, err
+		}
+		t = st.through(front, key)
+	}
+	if front != sim {
+		defer front.stop()
+	}
+	c := newClient(1)
+	_, err = call(context.Background(), c, t, t.body(shortStream), true)
+	c.CloseIdleConnections()
+	if err != nil {
+		return idle{}, fmt.Errorf("the first stream: %w", err)
+	}
+
+	pids := []int{front.pid(), sim.pid()}
+	var before, with [2]int64
+	var errs []error
+	for i, pid := range pids {
+		before[i], err = rss(pid)
+		errs = append(errs, err)
+	}
+	opened, closeAll, err := openStreams(t, n, 30*time.Second)
+	defer closeAll()
+	errs = append(errs, err)
 	time.Sleep(500 * time.Millisecond)
 	for i, pid := range pids {
-		w, err := rss(pid)
-		hs[i].with, hs[i].opened, rssErrs = w, opened, append(rssErrs, err)
+		with[i], err = rss(pid)
+		errs = append(errs, err)
 	}
-	closeAll()
-	time.Sleep(time.Second)
-	return hs, errors.Join(openErr, errors.Join(rssErrs...))
+	if opened == 0 {
+		errs = append(errs, fmt.Errorf("no stream of %d opened", n))
+	}
+	res := idle{front: held{opened, before[0], with[0]}}
+	if front != sim {
+		res.behind = held{opened, before[1], with[1]}
+	}
+	return res, errors.Join(errs...)
 }
 
 // measureColdStart times, for each binary, exec to the first 200 answer to a chat completion;
