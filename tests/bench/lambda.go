@@ -22,15 +22,15 @@ import (
 
 // lambdaCold is the Lambda bootstrap's cold start on each store.
 type lambdaCold struct {
-	dynamo, sqlite lambdaTimes
-	err            error
+	Dynamo, SQLite lambdaTimes
+	Err            error
 	// memory is the bootstrap on DynamoDB at each memory size with its CPU limited as Lambda
 	// limits it (measureLambdaMemory).
 	memory lambdaMemory
 }
 
 // lambdaTimes are a store's lambdaStarts, one per round.
-type lambdaTimes struct{ init, cold, warm spread }
+type lambdaTimes struct{ Init, Cold, Warm spread }
 
 // measureLambdaColdStart builds the gateway's bootstrap as the release is built, and times, on
 // DynamoDB (DynamoDB Local, seeded through kilnctl) and on the run's embedded store, exec to the
@@ -40,7 +40,7 @@ type lambdaTimes struct{ init, cold, warm spread }
 func measureLambdaColdStart(st *stack, repo string, rounds int) (c lambdaCold) {
 	task, err := st.lambdaTask(repo)
 	if err != nil {
-		c.err = err
+		c.Err = err
 		return c
 	}
 	// A store the bootstrap runs on, holding the benchmark's organization.
@@ -50,16 +50,16 @@ func measureLambdaColdStart(st *stack, repo string, rounds int) (c lambdaCold) {
 		key   string
 		times *lambdaTimes
 	}
-	stores := []store{{name: "sqlite", key: st.key, times: &c.sqlite,
+	stores := []store{{name: "sqlite", key: st.key, times: &c.SQLite,
 		env: []string{"KILN_STORE=sqlite", "KILN_DATA_DIR=" + filepath.Join(st.dir, "data")}}}
 	ddb, env, key, err := onDynamoDBLocal(st, lambdaTablePrefix)
 	if ddb != nil {
 		defer ddb.Stop()
 	}
 	if err == nil {
-		stores = append([]store{{name: "dynamodb", key: key, times: &c.dynamo, env: env}}, stores...)
+		stores = append([]store{{name: "dynamodb", key: key, times: &c.Dynamo, env: env}}, stores...)
 	} else {
-		c.err = fmt.Errorf("Lambda bootstrap on DynamoDB Local: %w", err)
+		c.Err = fmt.Errorf("Lambda bootstrap on DynamoDB Local: %w", err)
 	}
 
 	body := st.gateway.body(nonStreaming)
@@ -67,22 +67,22 @@ func measureLambdaColdStart(st *stack, repo string, rounds int) (c lambdaCold) {
 		for _, s := range alternate(r, stores) {
 			event, err := functionURLEvent(repo, s.key, body)
 			if err != nil {
-				c.err = err
+				c.Err = err
 				return c
 			}
 			t, err := lambdaColdStart(task, s.env, event, filepath.Join(st.dir, fmt.Sprintf("cold-lambda-%s-%d.log", s.name, r+1)))
 			if err != nil {
-				c.err = fmt.Errorf("Lambda bootstrap on %s: %w", s.name, err)
+				c.Err = fmt.Errorf("Lambda bootstrap on %s: %w", s.name, err)
 				return c
 			}
 			if r >= 0 {
-				s.times.init = append(s.times.init, t.init)
-				s.times.cold = append(s.times.cold, t.cold)
-				s.times.warm = append(s.times.warm, t.warm)
+				s.times.Init = append(s.times.Init, t.init)
+				s.times.Cold = append(s.times.Cold, t.cold)
+				s.times.Warm = append(s.times.Warm, t.warm)
 			}
 		}
 	}
-	if len(stores) > 1 && c.err == nil {
+	if len(stores) > 1 && c.Err == nil {
 		c.memory = measureLambdaMemory(st, repo, task, ddb.Endpoint, key, env, rounds)
 	}
 	return c

@@ -191,6 +191,8 @@ var reportMarkdown string
 
 var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
 	"verdict": verdict,
+	"spread":  func(format string, s spread) string { return s.fmt(format) },
+	"list":    func(xs ...any) []any { return xs },
 	"usd":     func(d dollars) string { return fmt.Sprintf("%.2f | %.2f", d.Before, d.Now) },
 	"div":     func(a, b float64) float64 { return a / b },
 }).Parse(reportMarkdown))
@@ -220,7 +222,7 @@ type reportView struct {
 	Short     *struct{ Direct, Gateway, Errors string } // 16-token streams at 8 connections
 	CPU       table
 	Memory    *memoryView
-	Cold      *sectionView
+	Cold      cold
 	GoBench   *goBenchView
 	Store     *sectionView
 	Errors    []string
@@ -262,8 +264,8 @@ type goBenchView struct {
 
 // Report writes the results as the markdown of BENCHMARKS.md.
 func (r *Results) Report(w io.Writer, m Machine, command string) error {
-	v := reportView{Cfg: r.Cfg, M: m, Command: command, Started: r.Started.Format(time.RFC3339), LoadStart: r.LoadStart, Errors: r.Errors}
-	for _, fill := range []func(*reportView){r.targets, r.latency, r.streaming, r.cpu, r.memory, r.cold, r.goBench, r.fixedRate, r.lambdaCost} {
+	v := reportView{Cfg: r.Cfg, M: m, Command: command, Cold: r.Cold, Started: r.Started.Format(time.RFC3339), LoadStart: r.LoadStart, Errors: r.Errors}
+	for _, fill := range []func(*reportView){r.targets, r.latency, r.streaming, r.cpu, r.memory, r.goBench, r.fixedRate, r.lambdaCost} {
 		fill(&v)
 	}
 	return reportTemplate.Execute(w, v)
@@ -312,18 +314,18 @@ func (r *Results) targets(v *reportView) {
 		t.add("≤ 32 KiB per idle open stream", "issue 6", fmt.Sprintf("RSS %s KiB%s; live heap and stacks %s", gw.fmt("%.1f"), proxy, live),
 			verdict(gw.median() <= 32 && liveOK))
 	}
-	if len(r.Cold.gateway) > 0 {
-		t.add("cold start to first 200 ≤ 50 ms (local server)", "issue 6", r.Cold.gateway.fmt("%.1f")+" ms", verdict(r.Cold.gateway.median() <= 50))
+	if len(r.Cold.Gateway) > 0 {
+		t.add("cold start to first 200 ≤ 50 ms (local server)", "issue 6", r.Cold.Gateway.fmt("%.1f")+" ms", verdict(r.Cold.Gateway.median() <= 50))
 	}
-	if lc := r.Cold.lambda; len(lc.sqlite.cold) > 0 {
+	if lc := r.Cold.Lambda; len(lc.SQLite.Cold) > 0 {
 		// The issue's targets are for the embedded store; on DynamoDB Local the first answer
 		// waits for that server's round trips, which a warm invocation shows alone.
 		dynamo := "not measured"
-		if len(lc.dynamo.cold) > 0 {
-			dynamo = fmt.Sprintf("%s ms, of which a warm invocation's own %s ms", lc.dynamo.cold.fmt("%.1f"), lc.dynamo.warm.fmt("%.1f"))
+		if len(lc.Dynamo.Cold) > 0 {
+			dynamo = fmt.Sprintf("%s ms, of which a warm invocation's own %s ms", lc.Dynamo.Cold.fmt("%.1f"), lc.Dynamo.Warm.fmt("%.1f"))
 		}
 		t.add("cold start to first 200 ≤ 50 ms (Lambda bootstrap, embedded store)", "issue 6",
-			fmt.Sprintf("%s ms (on DynamoDB Local: %s)", lc.sqlite.cold.fmt("%.1f"), dynamo), verdict(lc.sqlite.cold.median() <= 50))
+			fmt.Sprintf("%s ms (on DynamoDB Local: %s)", lc.SQLite.Cold.fmt("%.1f"), dynamo), verdict(lc.SQLite.Cold.median() <= 50))
 	}
 	v.Targets = t
 }
@@ -457,24 +459,6 @@ func (r *Results) memory(v *reportView) {
 		}{l.opened, kib(l.perStream.total()), kib(l.perStream.heapInuse), kib(l.perStream.stack)}
 	}
 	v.Memory = mv
-}
-
-func (r *Results) cold(v *reportView) {
-	c, lc := r.Cold, r.Cold.lambda
-	if len(c.gateway) == 0 && c.err == nil && len(lc.dynamo.cold) == 0 && len(lc.sqlite.cold) == 0 && lc.err == nil {
-		return
-	}
-	t := table{Head: []string{"binary", "ms to first 200", "of which init", "warm invocation, ms"}}
-	t.add("simulator (`tests/bench/cmd/simserver`)", c.sim.fmt("%.1f"), "", "")
-	t.add("gateway (`functions/gateway`), local server", c.gateway.fmt("%.1f"), "", "")
-	t.add("gateway Lambda `bootstrap`, DynamoDB store (DynamoDB Local)", lc.dynamo.cold.fmt("%.1f"), lc.dynamo.init.fmt("%.1f"), lc.dynamo.warm.fmt("%.1f"))
-	t.add("gateway Lambda `bootstrap`, embedded store", lc.sqlite.cold.fmt("%.1f"), lc.sqlite.init.fmt("%.1f"), lc.sqlite.warm.fmt("%.1f"))
-	v.Cold = &sectionView{Table: t}
-	for _, err := range []error{c.err, lc.err} {
-		if err != nil {
-			v.Cold.Errors = append(v.Cold.Errors, err)
-		}
-	}
 }
 
 func (r *Results) goBench(v *reportView) {

@@ -113,7 +113,7 @@ type foldBill struct {
 
 // lambdaCost fills the view of the memory comparison and of the bill.
 func (r *Results) lambdaCost(v *reportView) {
-	m := r.Cold.lambda.memory
+	m := r.Cold.Lambda.memory
 	if len(m.rounds) == 0 && m.err == nil {
 		return
 	}

@@ -24,7 +24,7 @@ func TestReportGolden(t *testing.T) {
 	failed := fixtureResults()
 	failed.Rates = rateResults{rows: failed.Rates.rows[:1], phaseFor: failed.Rates.phaseFor, err: errors.New("rate phases on DynamoDB Local: no java")}
 	failed.Baseline.err = errors.New("baseline gateway: exit status 1")
-	failed.Cold.lambda.memory = lambdaMemory{err: errors.New("no cgroup v2 controller")}
+	failed.Cold.Lambda.memory = lambdaMemory{err: errors.New("no cgroup v2 controller")}
 	for _, tc := range []struct {
 		golden string
 		render func(w io.Writer) error
@@ -98,9 +98,9 @@ func fixtureResults() *Results {
 		Long:      map[int][]pair{1: pairs(8*time.Millisecond, false, 200*1002), 8: pairs(24*time.Millisecond, false, 200*1002)},
 		Open:      pairs(700*time.Microsecond, true, 0),
 		Memory:    memory{streams: 1000, rounds: fixtureIdle(), live: liveMemoryResult{opened: 1000, perStream: memStats{24000, 10000}}},
-		Cold: cold{gateway: sp(11, 10.5, 12.8), sim: sp(3, 2.9, 4.5),
-			lambda: lambdaCold{dynamo: lambdaTimes{init: sp(7, 5, 7.5), cold: sp(39, 33, 55), warm: sp(24, 12, 33)},
-				sqlite: lambdaTimes{init: sp(7, 6.7, 11), cold: sp(9.5, 8.8, 14), warm: sp(2.1, 1.2, 2.5)}}},
+		Cold: cold{Gateway: sp(11, 10.5, 12.8), Sim: sp(3, 2.9, 4.5),
+			Lambda: lambdaCold{Dynamo: lambdaTimes{Init: sp(7, 5, 7.5), Cold: sp(39, 33, 55), Warm: sp(24, 12, 33)},
+				SQLite: lambdaTimes{Init: sp(7, 6.7, 11), Cold: sp(9.5, 8.8, 14), Warm: sp(2.1, 1.2, 2.5)}}},
 		GoBench: []*goBench{
 			bench("pkg/openai", "BenchmarkRewriteChunk", map[string]spread{"ns/op": sp(87, 88, 86), "B/op": sp(0, 0, 0), "allocs/op": sp(0, 0, 0), "MB/s": sp(3345, 3300, 3400)}, "ns/op", "MB/s", "B/op", "allocs/op"),
 			bench("pkg/gateway", "BenchmarkChat/gateway", map[string]spread{"ns/op": sp(363000, 356000, 389000), "B/op": sp(31801, 31801, 31801), "allocs/op": sp(528, 528, 528)}, "ns/op", "B/op", "allocs/op"),
@@ -120,7 +120,7 @@ func fixtureResults() *Results {
 		Errors:   []string{"an example error: " + errors.New("connection refused").Error()},
 	}
 	r.Rates, r.Baseline = fixtureRates(), fixtureBaseline()
-	r.Cold.lambda.memory = fixtureLambdaMemory()
+	r.Cold.Lambda.memory = fixtureLambdaMemory()
 	return r
 }
 

@@ -109,10 +109,11 @@ func (m memory) perStream(via side) spread {
 	return perRound(m.held(via, false), func(h held) float64 { return kib(h.perStream()) })
 }
 
+// cold is the cold starts: ms from exec to the first 200, per round.
 type cold struct {
-	gateway, sim spread // ms from exec to the first 200
-	err          error
-	lambda       lambdaCold
+	Gateway, Sim spread
+	Err          error
+	Lambda       lambdaCold
 }
 
 // stack is the running simulator, gateway and bare proxy.
@@ -235,8 +236,8 @@ func Run(cfg Config) (*Results, error) {
 	st.proxy.stop()
 	res.Cold = measureColdStart(st, cfg.ColdStarts)
 	logf("Lambda bootstrap cold start: %d rounds on each store", cfg.ColdStarts)
-	res.Cold.lambda = measureLambdaColdStart(st, cfg.Repo, cfg.ColdStarts)
-	if err := res.Cold.lambda.err; err != nil {
+	res.Cold.Lambda = measureLambdaColdStart(st, cfg.Repo, cfg.ColdStarts)
+	if err := res.Cold.Lambda.Err; err != nil {
 		logf("Lambda bootstrap cold start: %v", err)
 	}
 	st.sim.stop()
@@ -504,15 +505,15 @@ func measureColdStart(st *stack, rounds int) (c cold) {
 	for r := range rounds {
 		took, err := coldStart(st.simBin, []string{"PATH=" + os.Getenv("PATH")}, "-addr", st.direct, filepath.Join(st.dir, "cold-sim.log"))
 		if err != nil {
-			c.err = err
+			c.Err = err
 			return c
 		}
-		c.sim = append(c.sim, took)
+		c.Sim = append(c.Sim, took)
 		if took, err = coldStart(st.gwBin, st.env, "", st.gateway, filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r))); err != nil {
-			c.err = err
+			c.Err = err
 			return c
 		}
-		c.gateway = append(c.gateway, took)
+		c.Gateway = append(c.Gateway, took)
 	}
 	return c
 }
