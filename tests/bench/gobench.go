@@ -11,9 +11,20 @@ import (
 
 // goBench is one Go benchmark's figures, each unit's values over -count runs.
 type goBench struct {
-	pkg, name string
-	values    map[string]spread // unit ("ns/op", "allocs/op", ...) → one value per run
+	Pkg, Name string
+	Values    map[string]spread // unit ("ns/op", "allocs/op", ...) → one value per run
 	units     []string          // in the order go test prints them
+}
+
+// Other is the medians of the units besides time, bytes and allocations, for the report.
+func (b *goBench) Other() string {
+	var other []string
+	for _, u := range b.units {
+		if u != "ns/op" && u != "B/op" && u != "allocs/op" {
+			other = append(other, fmt.Sprintf("%.4g %s", b.Values[u].median(), u))
+		}
+	}
+	return strings.Join(other, ", ")
 }
 
 // goBenchPackages are the hot paths' micro-benchmarks.
@@ -64,7 +75,7 @@ func goTestBench(repo string, log *os.File, args ...string) ([]*goBench, string,
 		}
 		b := byName[pkg+name]
 		if b == nil {
-			b = &goBench{pkg: pkg, name: name, values: map[string]spread{}}
+			b = &goBench{Pkg: pkg, Name: name, Values: map[string]spread{}}
 			byName[pkg+name] = b
 			list = append(list, b)
 		}
@@ -74,17 +85,17 @@ func goTestBench(repo string, log *os.File, args ...string) ([]*goBench, string,
 				continue
 			}
 			unit := f[i+1]
-			if _, seen := b.values[unit]; !seen {
+			if _, seen := b.Values[unit]; !seen {
 				b.units = append(b.units, unit)
 			}
-			b.values[unit] = append(b.values[unit], v)
+			b.Values[unit] = append(b.Values[unit], v)
 		}
 	}
 	return list, command, nil
 }
 
 func findGoBench(list []*goBench, name string) *goBench {
-	if i := slices.IndexFunc(list, func(b *goBench) bool { return b.name == name }); i >= 0 {
+	if i := slices.IndexFunc(list, func(b *goBench) bool { return b.Name == name }); i >= 0 {
 		return list[i]
 	}
 	return nil
@@ -101,10 +112,10 @@ func relayPerChunk(list []*goBench, unit string) (added float64, ok bool) {
 	perChunk := func(target string) (float64, bool) {
 		long := findGoBench(list, fmt.Sprintf("BenchmarkStreamChunk/tokens=%d/%s", longChunkTokens, target))
 		short := findGoBench(list, fmt.Sprintf("BenchmarkStreamChunk/tokens=%d/%s", shortChunkTokens, target))
-		if long == nil || short == nil || len(long.values[unit]) == 0 || len(short.values[unit]) == 0 {
+		if long == nil || short == nil || len(long.Values[unit]) == 0 || len(short.Values[unit]) == 0 {
 			return 0, false
 		}
-		return (long.values[unit].median() - short.values[unit].median()) / (longChunkTokens - shortChunkTokens), true
+		return (long.Values[unit].median() - short.Values[unit].median()) / (longChunkTokens - shortChunkTokens), true
 	}
 	g, gok := perChunk("gateway")
 	s, sok := perChunk("simulator")

@@ -190,12 +190,13 @@ func connections(n int) string {
 var reportMarkdown string
 
 var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"verdict": verdict,
-	"spread":  func(format string, s spread) string { return s.fmt(format) },
-	"list":    func(xs ...any) []any { return xs },
-	"median":  spread.median,
-	"usd":     func(d dollars) string { return fmt.Sprintf("%.2f | %.2f", d.Before, d.Now) },
-	"div":     func(a, b float64) float64 { return a / b },
+	"verdict":    verdict,
+	"spread":     func(format string, s spread) string { return s.fmt(format) },
+	"list":       func(xs ...any) []any { return xs },
+	"median":     spread.median,
+	"trimPrefix": strings.TrimPrefix,
+	"usd":        func(d dollars) string { return fmt.Sprintf("%.2f | %.2f", d.Before, d.Now) },
+	"div":        func(a, b float64) float64 { return a / b },
 }).Parse(reportMarkdown))
 
 // table is a markdown table: a header and rows of cells.
@@ -224,7 +225,7 @@ type reportView struct {
 	Memory    *memoryView
 	Cold      cold
 	GoBench   *goBenchView
-	Store     *sectionView
+	Store     *storeView
 	Errors    []string
 	// Rates, Baseline and Cost are computed in report_rate.go and report_cost.go.
 	Rates    *ratesView
@@ -232,12 +233,13 @@ type reportView struct {
 	Cost     *costView
 }
 
-// sectionView is a section's table, with the command that measured it and its errors.
-type sectionView struct {
-	Command string
-	Ops     int
-	Table   table
-	Errors  []error
+// storeView is the stores' admission and settlement: the embedded store's from the Go
+// micro-benchmarks, the DynamoDB store's from Command, Ops of each per run.
+type storeView struct {
+	Command  string
+	Ops      int
+	SQLite   *goBench
+	DynamoDB []*goBench
 }
 
 type memoryView struct {
@@ -254,7 +256,7 @@ type memoryView struct {
 
 type goBenchView struct {
 	Command string
-	Table   table
+	List    []*goBench
 	Hot     *struct{ Allocs, Bytes, Micros float64 }
 	Chunk   *struct { // what the gateway adds per relayed chunk
 		Allocs, Bytes, Micros float64
@@ -440,19 +442,9 @@ func (r *Results) memory(v *reportView) {
 
 func (r *Results) goBench(v *reportView) {
 	if len(r.GoBench) > 0 {
-		gv := &goBenchView{Command: r.GoCmd, Table: table{Head: []string{"package", "benchmark", "ns/op", "B/op", "allocs/op", "other"}}}
-		for _, b := range r.GoBench {
-			var other []string
-			for _, u := range b.units {
-				if u != "ns/op" && u != "B/op" && u != "allocs/op" {
-					other = append(other, fmt.Sprintf("%.4g %s", b.values[u].median(), u))
-				}
-			}
-			gv.Table.add(b.pkg, strings.TrimPrefix(b.name, "Benchmark"), b.values["ns/op"].fmt("%.4g"),
-				fmt.Sprintf("%.0f", b.values["B/op"].median()), fmt.Sprintf("%.0f", b.values["allocs/op"].median()), strings.Join(other, ", "))
-		}
+		gv := &goBenchView{Command: r.GoCmd, List: r.GoBench}
 		if g, s := findGoBench(r.GoBench, "BenchmarkChat/gateway"), findGoBench(r.GoBench, "BenchmarkChat/simulator"); g != nil && s != nil {
-			more := func(unit string) float64 { return g.values[unit].median() - s.values[unit].median() }
+			more := func(unit string) float64 { return g.Values[unit].median() - s.Values[unit].median() }
 			gv.Hot = &struct{ Allocs, Bytes, Micros float64 }{more("allocs/op"), more("B/op"), more("ns/op") / 1000}
 		}
 		allocs, ok1 := relayPerChunk(r.GoBench, "allocs/op")
@@ -470,24 +462,7 @@ func (r *Results) goBench(v *reportView) {
 	if sq == nil && len(r.Store) == 0 {
 		return
 	}
-	v.Store = &sectionView{Command: r.StoreCmd, Ops: storeBenchOps, Table: table{Head: []string{"store", "admit p50", "admit p99", "settle p50", "settle p99", "calls per request"}}}
-	row := func(name string, b *goBench) {
-		cells := []string{name}
-		for _, unit := range []string{"admit-p50-ms", "admit-p99-ms", "settle-p50-ms", "settle-p99-ms", "calls/op"} {
-			c := ""
-			if s, ok := b.values[unit]; ok {
-				c = s.fmt("%.3f")
-			}
-			cells = append(cells, c)
-		}
-		v.Store.Table.add(cells...)
-	}
-	if sq != nil {
-		row("embedded (SQLite)", sq)
-	}
-	for _, b := range r.Store {
-		row("DynamoDB ("+strings.TrimPrefix(b.name, "BenchmarkAdmitSettle/")+")", b)
-	}
+	v.Store = &storeView{Command: r.StoreCmd, Ops: storeBenchOps, SQLite: sq, DynamoDB: r.Store}
 }
 
 // cpuBoundView explains the 8-connection latency figures by the CPU a request costs: the closed

@@ -86,7 +86,7 @@ func fixtureResults() *Results {
 	}
 	sp := func(v ...float64) spread { return spread(v) }
 	bench := func(pkg, name string, units map[string]spread, order ...string) *goBench {
-		return &goBench{pkg: pkg, name: name, values: units, units: order}
+		return &goBench{Pkg: pkg, Name: name, Values: units, units: order}
 	}
 	r := &Results{
 		Cfg: Config{Repo: "../..", RateRounds: 3, Rounds: 3, Duration: 2 * time.Second, Warmup: 300 * time.Millisecond, Conns: []int{1, 8},
