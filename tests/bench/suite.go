@@ -474,29 +474,20 @@ func (st *stack) idleFresh(via side, gwBin string, n int) (idle, error) {
 		return idle{}, fmt.Errorf("the first stream: %w", err)
 	}
 
-	pids := []int{front.pid(), sim.pid()}
-	var before, with [2]int64
-	var errs []error
-	for i, pid := range pids {
-		before[i], err = rss(pid)
-		errs = append(errs, err)
-	}
+	w := watch{"front": front.pid(), "behind": sim.pid()}
+	before := read(w, rss)
 	opened, closeAll, err := openStreams(t, n, 30*time.Second)
 	defer closeAll()
-	errs = append(errs, err)
 	time.Sleep(500 * time.Millisecond)
-	for i, pid := range pids {
-		with[i], err = rss(pid)
-		errs = append(errs, err)
+	with := read(w, rss)
+	if opened == 0 || len(before)+len(with) < 2*len(w) {
+		err = errors.Join(err, fmt.Errorf("%d of %d streams opened, RSS read of %d processes before and %d with them", opened, n, len(before), len(with)))
 	}
-	if opened == 0 {
-		errs = append(errs, fmt.Errorf("no stream of %d opened", n))
-	}
-	res := idle{front: held{opened, before[0], with[0]}}
+	res := idle{front: held{opened, before["front"], with["front"]}}
 	if front != sim {
-		res.behind = held{opened, before[1], with[1]}
+		res.behind = held{opened, before["behind"], with["behind"]}
 	}
-	return res, errors.Join(errs...)
+	return res, err
 }
 
 // measureColdStart times, for each binary, exec to the first 200 answer to a chat completion;
