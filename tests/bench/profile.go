@@ -67,9 +67,9 @@ func Profile(cfg Config, dir string, seconds int) error {
 		return fetch(fmt.Sprintf("http://%s/debug/pprof/goroutine?debug=1", pprofAddr), filepath.Join(dir, "goroutines-open-streams.txt"))
 	})
 	if err == nil {
-		per := live.perStream
+		per := live.PerStream
 		fmt.Fprintf(cfg.Log, "== live heap and stacks per open stream, after a collection: %.1f KiB (heap in use %.1f, stacks %.1f)\n",
-			kib(per.total()), kib(per.heapInuse), kib(per.stack))
+			kib(per.Total()), kib(per.HeapInuse), kib(per.Stack))
 	}
 	return err
 }
@@ -132,13 +132,13 @@ func fetch(url, path string) error {
 }
 
 // memStats are the figures of the runtime's MemStats that open streams grow.
-type memStats struct{ heapInuse, stack float64 }
+type memStats struct{ HeapInuse, Stack float64 }
 
-func (m memStats) total() float64 { return m.heapInuse + m.stack }
+func (m memStats) Total() float64 { return m.HeapInuse + m.Stack }
 
 // minus returns what each of n streams added from before to m.
 func (m memStats) minus(before memStats, n int) memStats {
-	return memStats{(m.heapInuse - before.heapInuse) / float64(n), (m.stack - before.stack) / float64(n)}
+	return memStats{(m.HeapInuse - before.HeapInuse) / float64(n), (m.Stack - before.Stack) / float64(n)}
 }
 
 func kib(b float64) float64 { return b / 1024 }
@@ -178,12 +178,12 @@ func liveStreams(st *stack, pprofAddr string, n int, dir string, during func() e
 	if err != nil {
 		return liveMemoryResult{}, err
 	}
-	return liveMemoryResult{opened: opened, perStream: with.minus(before, opened)}, nil
+	return liveMemoryResult{Opened: opened, PerStream: with.minus(before, opened)}, nil
 }
 
 type liveMemoryResult struct {
-	opened    int
-	perStream memStats // bytes
+	Opened    int
+	PerStream memStats // bytes
 }
 
 // liveMemory saves the text heap profile, taken after a collection, in path and returns the
@@ -199,16 +199,16 @@ func liveMemory(pprofAddr, path string) (memStats, error) {
 	var m memStats
 	for line := range strings.Lines(string(b)) {
 		if v, ok := strings.CutPrefix(line, "# HeapInuse = "); ok {
-			m.heapInuse, err = strconv.ParseFloat(strings.TrimSpace(v), 64)
+			m.HeapInuse, err = strconv.ParseFloat(strings.TrimSpace(v), 64)
 		} else if v, ok := strings.CutPrefix(line, "# Stack = "); ok {
 			inuse, _, _ := strings.Cut(v, " ")
-			m.stack, err = strconv.ParseFloat(inuse, 64)
+			m.Stack, err = strconv.ParseFloat(inuse, 64)
 		}
 		if err != nil {
 			return memStats{}, fmt.Errorf("%s: %w", path, err)
 		}
 	}
-	if m.heapInuse == 0 || m.stack == 0 {
+	if m.HeapInuse == 0 || m.Stack == 0 {
 		return memStats{}, fmt.Errorf("%s: no MemStats", path)
 	}
 	return m, nil

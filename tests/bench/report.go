@@ -195,6 +195,7 @@ var reportTemplate = template.Must(template.New("report").Funcs(template.FuncMap
 	"list":       func(xs ...any) []any { return xs },
 	"median":     spread.median,
 	"trimPrefix": strings.TrimPrefix,
+	"kib":        kib,
 	"usd":        func(d dollars) string { return fmt.Sprintf("%.2f | %.2f", d.Before, d.Now) },
 	"div":        func(a, b float64) float64 { return a / b },
 }).Parse(reportMarkdown))
@@ -247,10 +248,7 @@ type memoryView struct {
 	Rounds  int
 	Table   table
 	Errors  string
-	Live    *struct {
-		Opened             int
-		Total, Heap, Stack float64
-	} // KiB per stream by the runtime's count
+	Live    liveMemoryResult
 	LiveErr error
 }
 
@@ -304,8 +302,8 @@ func (r *Results) targets(v *reportView) {
 		t.Allocs = spread{a}
 	}
 	t.RSS, t.BareRSS = r.Memory.perStream(ofGateway), r.Memory.perStream(ofBare)
-	if l := r.Memory.live; l.opened > 0 {
-		t.Live = spread{kib(l.perStream.total())}
+	if l := r.Memory.live; l.Opened > 0 {
+		t.Live = spread{kib(l.PerStream.Total())}
 	}
 }
 
@@ -414,7 +412,7 @@ func (r *Results) memory(v *reportView) {
 	if mm.streams == 0 {
 		return
 	}
-	mv := &memoryView{Streams: mm.streams, Rounds: len(mm.rounds), LiveErr: mm.liveErr,
+	mv := &memoryView{Streams: mm.streams, Rounds: len(mm.rounds), Live: mm.live, LiveErr: mm.liveErr,
 		Table: table{Head: []string{"process", "streams open", "RSS before, MiB", "RSS with streams, MiB", "per open stream, KiB"}}}
 	for _, row := range []struct {
 		name   string
@@ -430,12 +428,6 @@ func (r *Results) memory(v *reportView) {
 	}
 	if mm.err != nil {
 		mv.Errors = mm.err.Error()
-	}
-	if l := mm.live; l.opened > 0 {
-		mv.Live = &struct {
-			Opened             int
-			Total, Heap, Stack float64
-		}{l.opened, kib(l.perStream.total()), kib(l.perStream.heapInuse), kib(l.perStream.stack)}
 	}
 	v.Memory = mv
 }
