@@ -12,6 +12,10 @@ import (
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
+// Item is one DynamoDB item, as the SDK types it: the export reader and the table reader hand
+// the same values to the same decoding.
+type Item = usage.Item
+
 // Table is which of the store's tables an item comes from, told by the item's own shape
 // (docs/dynamodb.md), so that an export is read the same with or without its manifests.
 type Table int
@@ -145,18 +149,6 @@ func (f *fields) optNum(name string) int64 {
 	return f.num(name)
 }
 
-func (f *fields) boolean(name string) bool {
-	if _, ok := f.it[name]; !ok {
-		return false
-	}
-	v, ok := f.it[name].(*types.AttributeValueMemberBOOL)
-	if !ok {
-		f.fail(name, "a boolean")
-		return false
-	}
-	return v.Value
-}
-
 // DecodeEntry reads a ledger item.
 func DecodeEntry(it Item) (Entry, error) {
 	f := fields{it: it}
@@ -173,38 +165,21 @@ func DecodeEntry(it Item) (Entry, error) {
 	return e, nil
 }
 
-// DecodeRecord reads a usage item. Its day is the item's own day attribute, which is the UTC day
-// of started_at; an item without one gets that day.
+// DecodeRecord reads a usage item (usage.DecodePartialItem: exports may hold items older than
+// some attributes). Its day is the item's own day attribute, which is the UTC day of started_at;
+// an item without one gets that day.
 func DecodeRecord(it Item) (Record, error) {
 	f := fields{it: it}
-	started := f.num("started_at")
-	r := Record{Event: usage.Event{
-		Version:          int(f.optNum("version")),
-		GenerationID:     f.str("generation_id"),
-		OrgID:            f.str("org_id"),
-		KeyID:            f.optStr("key_id"),
-		Model:            f.optStr("model"),
-		Endpoint:         f.optStr("endpoint"),
-		Stream:           f.boolean("stream"),
-		Status:           usage.Status(f.str("status")),
-		HTTPStatus:       int(f.optNum("http_status")),
-		FinishReason:     f.optStr("finish_reason"),
-		PromptTokens:     f.optNum("prompt_tokens"),
-		CachedTokens:     f.optNum("cached_tokens"),
-		CompletionTokens: f.optNum("completion_tokens"),
-		Cost:             money.Amount(f.optNum("cost")),
-		Estimated:        f.boolean("estimated"),
-		StartedAt:        time.Unix(0, started).UTC(),
-		TTFTMillis:       f.optNum("ttft_ms"),
-		DurationMillis:   f.optNum("duration_ms"),
-		Backend:          f.optStr("backend"),
-	}}
-	r.Day = f.optStr("day")
+	e, err := usage.DecodePartialItem(it)
+	r := Record{Event: e, Day: f.optStr("day")}
+	if err == nil {
+		err = f.err
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("usage item %s/%s: %w", f.optStr("org_id"), f.optStr("generation_id"), err)
+	}
 	if r.Day == "" {
 		r.Day = r.StartedAt.Format(time.DateOnly)
-	}
-	if f.err != nil {
-		return Record{}, fmt.Errorf("usage item %s/%s: %w", r.OrgID, r.GenerationID, f.err)
 	}
 	if !r.InProgress() && r.Cost < 0 {
 		return Record{}, fmt.Errorf("usage item %s/%s: negative cost %s", r.OrgID, r.GenerationID, r.Cost)

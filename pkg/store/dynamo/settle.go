@@ -170,66 +170,16 @@ func (s *Store) settleOrg(lease store.Lease, orgID string, cost money.Amount, he
 	}}
 }
 
-// eventItem is the usage item of an event: the wire names of the event's fields, the cost in
-// picodollars and as a decimal USD string, times in Unix nanoseconds (and started_at also as
-// RFC 3339 for people reading exports).
+// eventItem is the usage item of an event (usage.EventItem) with what settlement keeps for
+// itself: when it settled and the token of the call that wrote it.
 func eventItem(e usage.Event, settled int64, token string) (item, error) {
-	started, err := store.UnixNanos("started_at", e.StartedAt)
-	if err != nil {
+	if _, err := store.UnixNanos("started_at", e.StartedAt); err != nil {
 		return nil, err
 	}
-	return item{
-		"org_id":            sv(e.OrgID),
-		"generation_id":     sv(e.GenerationID),
-		"version":           nv(int64(e.Version)),
-		"key_id":            sv(e.KeyID),
-		"model":             sv(e.Model),
-		"endpoint":          sv(e.Endpoint),
-		"stream":            bv(e.Stream),
-		"status":            sv(string(e.Status)),
-		"http_status":       nv(int64(e.HTTPStatus)),
-		"finish_reason":     sv(e.FinishReason),
-		"prompt_tokens":     nv(e.PromptTokens),
-		"cached_tokens":     nv(e.CachedTokens),
-		"completion_tokens": nv(e.CompletionTokens),
-		"cost":              nv(int64(e.Cost)),
-		"cost_usd":          sv(e.Cost.String()),
-		"estimated":         bv(e.Estimated),
-		"started_at":        nv(started),
-		"started_at_utc":    sv(e.StartedAt.UTC().Format(time.RFC3339Nano)),
-		"day":               sv(e.Day()),
-		"ttft_ms":           nv(e.TTFTMillis),
-		"duration_ms":       nv(e.DurationMillis),
-		"backend":           sv(e.Backend),
-		"settled_at":        nv(settled),
-		"settlement_token":  sv(token),
-	}, nil
-}
-
-func decodeEvent(it item) (usage.Event, error) {
-	d := decoder{it: it}
-	e := usage.Event{
-		Version:          int(d.num("version")),
-		GenerationID:     d.str("generation_id"),
-		OrgID:            d.str("org_id"),
-		KeyID:            d.str("key_id"),
-		Model:            d.str("model"),
-		Endpoint:         d.str("endpoint"),
-		Stream:           d.boolean("stream"),
-		Status:           usage.Status(d.str("status")),
-		HTTPStatus:       int(d.num("http_status")),
-		FinishReason:     d.str("finish_reason"),
-		PromptTokens:     d.num("prompt_tokens"),
-		CachedTokens:     d.num("cached_tokens"),
-		CompletionTokens: d.num("completion_tokens"),
-		Cost:             money.Amount(d.num("cost")),
-		Estimated:        d.boolean("estimated"),
-		StartedAt:        store.FromUnixNanos(d.num("started_at")),
-		TTFTMillis:       d.num("ttft_ms"),
-		DurationMillis:   d.num("duration_ms"),
-		Backend:          d.str("backend"),
-	}
-	return e, d.err
+	it := usage.EventItem(e)
+	it["settled_at"] = nv(settled)
+	it["settlement_token"] = sv(token)
+	return it, nil
 }
 
 // Generation returns the recorded event of one generation of this organization: one strongly
@@ -247,7 +197,7 @@ func (s *Store) generation(ctx context.Context, orgID, generationID string) (usa
 	if err != nil {
 		return usage.Event{}, err
 	}
-	return decodeEvent(it)
+	return usage.DecodeItem(it)
 }
 
 // Usage lists an organization's events started in [from, to), by start time then generation id,
@@ -267,7 +217,7 @@ func (s *Store) usage(ctx context.Context, orgID string, from, to time.Time) ([]
 		query = s.usageStarted(orgID, f, t-1)
 	}
 	// The key orders by the millisecond of the start, then by the id's random part.
-	return listOrg(ctx, s, orgID, query, decodeEvent, func(a, b usage.Event) int {
+	return listOrg(ctx, s, orgID, query, usage.DecodeItem, func(a, b usage.Event) int {
 		return cmp.Or(a.StartedAt.Compare(b.StartedAt), strings.Compare(a.GenerationID, b.GenerationID))
 	})
 }
