@@ -17,7 +17,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/neocloud/kiln/pkg/usage"
+	"github.com/neocloud/kiln/pkg/ddbitem"
 )
 
 // Export is what one location holds of DynamoDB exports: one or more exports (a table each),
@@ -371,7 +371,7 @@ func DecodeLine(line []byte) (Item, error) {
 		return nil, nil
 	}
 	var wire struct {
-		Item usage.JSONItem `json:"Item"`
+		Item ddbitem.JSONItem `json:"Item"`
 	}
 	if err := json.Unmarshal(line, &wire); err != nil {
 		return nil, fmt.Errorf("not DynamoDB JSON: %w", err)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/neocloud/kiln/pkg/ddbitem"
+
 	"github.com/neocloud/kiln/pkg/money"
 )
 
@@ -29,7 +31,7 @@ func decodeStreamRecord(body []byte) (Event, error) {
 	var r struct {
 		EventName string `json:"eventName"`
 		Change    struct {
-			NewImage JSONItem `json:"NewImage"`
+			NewImage ddbitem.JSONItem `json:"NewImage"`
 		} `json:"dynamodb"`
 	}
 	if err := json.Unmarshal(body, &r); err != nil {
@@ -66,7 +68,7 @@ func decodeStreamRecord(body []byte) (Event, error) {
 }
 
 // costAgrees checks the usage item's cost_usd, when present, against its cost in picodollars.
-func costAgrees(it Item, cost money.Amount) error {
+func costAgrees(it ddbitem.Item, cost money.Amount) error {
 	v, ok := it["cost_usd"].(*types.AttributeValueMemberS)
 	if !ok {
 		return nil
@@ -78,7 +80,7 @@ func costAgrees(it Item, cost money.Amount) error {
 }
 
 // attrText is a string attribute for messages, bounded, or "?".
-func attrText(it Item, name string) string {
+func attrText(it ddbitem.Item, name string) string {
 	v, ok := it[name].(*types.AttributeValueMemberS)
 	if !ok {
 		return "?"

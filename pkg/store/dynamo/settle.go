@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/usage"
@@ -83,8 +84,8 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleRe
 		}
 		if failed, recorded := c.failed(1); failed {
 			if recorded != nil {
-				d := decoder{it: recorded}
-				if d.has("settlement_token") && d.str("settlement_token") == token {
+				d := ddbitem.NewReader(recorded)
+				if d.Has("settlement_token") && d.Str("settlement_token") == token {
 					return store.SettleResult{WrittenOff: off}, nil // an earlier try of this call committed
 				}
 			}
@@ -94,14 +95,14 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleRe
 			if org == nil {
 				return store.SettleResult{}, store.ErrNotFound
 			}
-			d := decoder{it: org}
-			available := d.num("available")
-			if d.err != nil {
-				return store.SettleResult{}, fmt.Errorf("org item: %w", d.err)
+			d := ddbitem.NewReader(org)
+			available := d.Num("available")
+			if err := d.Err(); err != nil {
+				return store.SettleResult{}, fmt.Errorf("org item: %w", err)
 			}
 			limit := money.Amount(available)
 			if held {
-				l, still := d.leaseMap("leases")[st.Lease.HolderID]
+				l, still := leaseMap(d, "leases")[st.Lease.HolderID]
 				switch {
 				case !still:
 					held = false // the lease lapsed and gave its reservation back: settle without it
@@ -129,10 +130,10 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleRe
 func (s *Store) settleOrg(lease store.Lease, orgID string, cost money.Amount, held bool) types.TransactWriteItem {
 	if held {
 		cond := "leases.#holder.r = :reserved"
-		v := item{":cost": nv(int64(cost)), ":back": nv(int64(lease.Reserved - cost)), ":reserved": nv(int64(lease.Reserved))}
+		v := item{":cost": ddbitem.N(int64(cost)), ":back": ddbitem.N(int64(lease.Reserved - cost)), ":reserved": ddbitem.N(int64(lease.Reserved))}
 		if excess := cost - lease.Reserved; excess > 0 {
 			cond += " AND available >= :excess"
-			v[":excess"] = nv(int64(excess))
+			v[":excess"] = ddbitem.N(int64(excess))
 		}
 		return types.TransactWriteItem{Update: &types.Update{
 			TableName:                           &s.tables.Orgs,
@@ -165,7 +166,7 @@ func (s *Store) settleOrg(lease store.Lease, orgID string, cost money.Amount, he
 		UpdateExpression:                    aws.String("SET balance = balance - :cost, available = available - :cost"),
 		ConditionExpression:                 aws.String(cond + " AND available >= :cost"),
 		ExpressionAttributeNames:            n,
-		ExpressionAttributeValues:           item{":cost": nv(int64(cost))},
+		ExpressionAttributeValues:           item{":cost": ddbitem.N(int64(cost))},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}}
 }
@@ -177,8 +178,8 @@ func eventItem(e usage.Event, settled int64, token string) (item, error) {
 		return nil, err
 	}
 	it := usage.EventItem(e)
-	it["settled_at"] = nv(settled)
-	it["settlement_token"] = sv(token)
+	it["settled_at"] = ddbitem.N(settled)
+	it["settlement_token"] = ddbitem.S(token)
 	return it, nil
 }
 
@@ -236,7 +237,7 @@ func (s *Store) usageStarted(orgID string, first, last int64) *dynamodb.QueryInp
 		KeyConditionExpression: aws.String("org_id = :org AND generation_id BETWEEN :lo AND :hi"),
 		FilterExpression:       aws.String("started_at BETWEEN :first AND :last"),
 		ExpressionAttributeValues: item{
-			":org": sv(orgID), ":lo": sv(lo), ":hi": sv(hi), ":first": nv(first), ":last": nv(last),
+			":org": ddbitem.S(orgID), ":lo": ddbitem.S(lo), ":hi": ddbitem.S(hi), ":first": ddbitem.N(first), ":last": ddbitem.N(last),
 		},
 		ConsistentRead: aws.Bool(true),
 	}
