@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/neocloud/kiln/pkg/ddbitem"
-
 	"github.com/neocloud/kiln/pkg/money"
 )
 
@@ -25,7 +24,7 @@ var ErrNotFinal = errors.New("not a final usage record")
 
 // decodeStreamRecord reads what an EventBridge Pipe puts on the queue from the usage table's
 // DynamoDB stream: the stream record itself as the message body (no envelope, no input
-// template), its NewImage the usage item in DynamoDB JSON (pkg/store/dynamo writes it;
+// template), its NewImage the usage item in DynamoDB JSON (EventItem is its shape;
 // docs/dynamodb.md lists its attributes).
 func decodeStreamRecord(body []byte) (Event, error) {
 	var r struct {
