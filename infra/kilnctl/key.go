@@ -117,12 +117,11 @@ func keyRevoke(ctx context.Context, c *cli, f *flags, args []string) error {
 	if err != nil {
 		return err
 	}
-	already := false
+	// Revoking a revoked key succeeds and keeps the time it stopped working (the store contract),
+	// so a second revoke reads like the first.
 	switch err := st.RevokeKey(ctx, id, c.clock()); {
 	case errors.Is(err, store.ErrNotFound):
 		return fmt.Errorf("key %q not found", id)
-	case errors.Is(err, store.ErrKeyRevoked):
-		already = true
 	case err != nil:
 		return fmt.Errorf("revoke key %s: %w", id, err)
 	}
@@ -131,9 +130,6 @@ func keyRevoke(ctx context.Context, c *cli, f *flags, args []string) error {
 			ID      string `json:"id"`
 			Revoked bool   `json:"revoked"`
 		}{id, true})
-	}
-	if already {
-		return c.printf("key %s was already revoked\n", id)
 	}
 	return c.printf("revoked key %s\n", id)
 }

@@ -16,6 +16,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/neocloud/kiln/pkg/ddbitem"
 )
 
 // Export is what one location holds of DynamoDB exports: one or more exports (a table each),
@@ -359,6 +361,25 @@ func (x *Export) readFile(ctx context.Context, f dataFile, check bool, fn func(I
 		}
 	}
 	return nil
+}
+
+// DecodeLine reads one line of a DynamoDB JSON export: {"Item": {...}}. A line that is not that
+// shape is an error; an empty line is (nil, nil).
+func DecodeLine(line []byte) (Item, error) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return nil, nil
+	}
+	var wire struct {
+		Item ddbitem.JSONItem `json:"Item"`
+	}
+	if err := json.Unmarshal(line, &wire); err != nil {
+		return nil, fmt.Errorf("not DynamoDB JSON: %w", err)
+	}
+	if wire.Item == nil {
+		return nil, errors.New(`not DynamoDB JSON: no "Item" object`)
+	}
+	return wire.Item.Item()
 }
 
 // String is where the export lies.

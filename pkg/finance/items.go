@@ -2,15 +2,19 @@ package finance
 
 import (
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/usage"
 )
+
+// Item is one DynamoDB item, as the SDK types it: the export reader and the table reader hand
+// the same values to the same decoding.
+type Item = ddbitem.Item
 
 // Table is which of the store's tables an item comes from, told by the item's own shape
 // (docs/dynamodb.md), so that an export is read the same with or without its manifests.
@@ -82,11 +86,8 @@ type Record struct {
 	Day string
 }
 
-// Rollup is one day × model roll-up of the aggregates table.
-type Rollup struct {
-	OrgID, Day, Model string
-	usage.Totals
-}
+// Rollup is one day × model roll-up of the aggregates table (its Month is empty).
+type Rollup = usage.Rollup
 
 // Marker is one generation marker of the aggregates table: the fold added this generation's cost
 // to the roll-ups of its organization and day.
@@ -95,116 +96,37 @@ type Marker struct {
 	Cost                     money.Amount
 }
 
-// fields reads attributes of one item and remembers the first problem.
-type fields struct {
-	it  Item
-	err error
-}
-
-func (f *fields) fail(name, want string) {
-	if f.err == nil {
-		f.err = fmt.Errorf("attribute %s: missing or not %s", name, want)
-	}
-}
-
-func (f *fields) str(name string) string {
-	v, ok := f.it[name].(*types.AttributeValueMemberS)
-	if !ok {
-		f.fail(name, "a string")
-		return ""
-	}
-	return v.Value
-}
-
-// optStr reads a string that older items may lack.
-func (f *fields) optStr(name string) string {
-	if _, ok := f.it[name]; !ok {
-		return ""
-	}
-	return f.str(name)
-}
-
-// num reads an integer number exactly: DynamoDB numbers are decimal strings, never floats here.
-func (f *fields) num(name string) int64 {
-	v, ok := f.it[name].(*types.AttributeValueMemberN)
-	if !ok {
-		f.fail(name, "a number")
-		return 0
-	}
-	n, err := strconv.ParseInt(v.Value, 10, 64)
-	if err != nil {
-		f.fail(name, "an integer")
-	}
-	return n
-}
-
-func (f *fields) optNum(name string) int64 {
-	if _, ok := f.it[name]; !ok {
-		return 0
-	}
-	return f.num(name)
-}
-
-func (f *fields) boolean(name string) bool {
-	if _, ok := f.it[name]; !ok {
-		return false
-	}
-	v, ok := f.it[name].(*types.AttributeValueMemberBOOL)
-	if !ok {
-		f.fail(name, "a boolean")
-		return false
-	}
-	return v.Value
-}
-
 // DecodeEntry reads a ledger item.
 func DecodeEntry(it Item) (Entry, error) {
-	f := fields{it: it}
+	f := ddbitem.NewReader(it)
 	e := Entry{
-		OrgID:   f.str("org_id"),
-		EntryID: f.str("entry_id"),
-		Kind:    f.str("kind"),
-		Amount:  money.Amount(f.num("amount")),
-		At:      time.Unix(0, f.num("at")).UTC(),
+		OrgID:   f.Str("org_id"),
+		EntryID: f.Str("entry_id"),
+		Kind:    f.Str("kind"),
+		Amount:  money.Amount(f.Num("amount")),
+		At:      time.Unix(0, f.Num("at")).UTC(),
 	}
-	if f.err != nil {
-		return Entry{}, fmt.Errorf("ledger item %s/%s: %w", e.OrgID, e.EntryID, f.err)
+	if err := f.Err(); err != nil {
+		return Entry{}, fmt.Errorf("ledger item %s/%s: %w", e.OrgID, e.EntryID, err)
 	}
 	return e, nil
 }
 
-// DecodeRecord reads a usage item. Its day is the item's own day attribute, which is the UTC day
-// of started_at; an item without one gets that day.
+// DecodeRecord reads a usage item (usage.DecodePartialItem: exports may hold items older than
+// some attributes). Its day is the item's own day attribute, which is the UTC day of started_at;
+// an item without one gets that day.
 func DecodeRecord(it Item) (Record, error) {
-	f := fields{it: it}
-	started := f.num("started_at")
-	r := Record{Event: usage.Event{
-		Version:          int(f.optNum("version")),
-		GenerationID:     f.str("generation_id"),
-		OrgID:            f.str("org_id"),
-		KeyID:            f.optStr("key_id"),
-		Model:            f.optStr("model"),
-		Endpoint:         f.optStr("endpoint"),
-		Stream:           f.boolean("stream"),
-		Status:           usage.Status(f.str("status")),
-		HTTPStatus:       int(f.optNum("http_status")),
-		FinishReason:     f.optStr("finish_reason"),
-		PromptTokens:     f.optNum("prompt_tokens"),
-		CachedTokens:     f.optNum("cached_tokens"),
-		CompletionTokens: f.optNum("completion_tokens"),
-		Cost:             money.Amount(f.optNum("cost")),
-		Estimated:        f.boolean("estimated"),
-		StartedAt:        time.Unix(0, started).UTC(),
-		TTFTMillis:       f.optNum("ttft_ms"),
-		DurationMillis:   f.optNum("duration_ms"),
-		Backend:          f.optStr("backend"),
-	}}
-	r.Day = f.optStr("day")
+	f := ddbitem.NewReader(it)
+	e, err := usage.DecodePartialItem(it)
+	r := Record{Event: e, Day: f.OptStr("day")}
+	if err == nil {
+		err = f.Err()
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("usage item %s/%s: %w", f.OptStr("org_id"), f.OptStr("generation_id"), err)
+	}
 	if r.Day == "" {
 		r.Day = r.StartedAt.Format(time.DateOnly)
-	}
-	if f.err != nil {
-		return Record{}, fmt.Errorf("usage item %s/%s: %w", r.OrgID, r.GenerationID, f.err)
 	}
 	if !r.InProgress() && r.Cost < 0 {
 		return Record{}, fmt.Errorf("usage item %s/%s: negative cost %s", r.OrgID, r.GenerationID, r.Cost)
@@ -219,19 +141,19 @@ func (r Record) InProgress() bool { return r.Status == usage.StatusInProgress }
 // DecodeAggregate reads an aggregates item: a day roll-up or a marker (ok true), or a month
 // roll-up (ok false: the reconciliation is per day).
 func DecodeAggregate(it Item) (r *Rollup, m *Marker, err error) {
-	f := fields{it: it}
-	pk, sk := f.str("pk"), f.str("sk")
+	f := ddbitem.NewReader(it)
+	pk, sk := f.Str("pk"), f.Str("sk")
 	switch {
 	case strings.HasPrefix(pk, markerPrefix):
-		m = &Marker{GenerationID: f.str("generation_id"), OrgID: f.str("org_id"), Day: f.str("day"), Cost: money.Amount(f.num("cost"))}
+		m = &Marker{GenerationID: f.Str("generation_id"), OrgID: f.Str("org_id"), Day: f.Str("day"), Cost: money.Amount(f.Num("cost"))}
 	case strings.HasPrefix(sk, dayPrefix):
-		r = &Rollup{OrgID: pk, Day: f.str("day"), Model: f.optStr("model"), Totals: usage.Totals{
-			Requests: f.num("requests"), PromptTokens: f.optNum("prompt_tokens"), CachedTokens: f.optNum("cached_tokens"),
-			CompletionTokens: f.optNum("completion_tokens"), Cost: money.Amount(f.num("cost")),
+		r = &Rollup{OrgID: pk, Day: f.Str("day"), Model: f.OptStr("model"), Totals: usage.Totals{
+			Requests: f.Num("requests"), PromptTokens: f.OptNum("prompt_tokens"), CachedTokens: f.OptNum("cached_tokens"),
+			CompletionTokens: f.OptNum("completion_tokens"), Cost: money.Amount(f.Num("cost")),
 		}}
 	}
-	if f.err != nil {
-		return nil, nil, fmt.Errorf("aggregates item %s/%s: %w", pk, sk, f.err)
+	if err = f.Err(); err != nil {
+		return nil, nil, fmt.Errorf("aggregates item %s/%s: %w", pk, sk, err)
 	}
 	return r, m, nil
 }

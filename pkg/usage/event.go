@@ -1,7 +1,7 @@
 // Package usage defines the usage event every metered request leaves behind, named by its
-// generation id, and what is done with events after settlement: the aggregator function's
-// decoding of the SQS messages that carry them (Handler, Decode) and their fold into the
-// aggregates (Aggregator).
+// generation id; its DynamoDB item (EventItem, DecodeItem); and what is done with events after
+// settlement: the aggregator function's decoding of the SQS messages that carry them (Handler,
+// Decode) and their fold into the aggregates (Aggregator).
 package usage
 
 import (

@@ -21,6 +21,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 )
@@ -224,7 +225,7 @@ func Validate(e Event) error {
 	if e.Cost < 0 {
 		bad("cost %s is negative", e.Cost)
 	}
-	if e.StartedAt.IsZero() {
+	if e.StartedAt.IsZero() || e.StartedAt.Equal(time.Unix(0, 0)) { // a usage item's zero is the Unix epoch
 		bad("started_at is zero")
 	}
 	if e.TTFTMillis < 0 || e.DurationMillis < 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/usage"
@@ -175,9 +176,9 @@ func (s *Store) marker(d usage.Delta) types.TransactWriteItem {
 	return types.TransactWriteItem{Put: &types.Put{
 		TableName: &s.tables.Aggregates,
 		Item: item{
-			"pk": sv(markerPrefix + d.GenerationID), "sk": sv(d.OrgID),
-			"org_id": sv(d.OrgID), "generation_id": sv(d.GenerationID), "day": sv(d.Day),
-			"cost": nv(int64(d.Cost)),
+			"pk": ddbitem.S(markerPrefix + d.GenerationID), "sk": ddbitem.S(d.OrgID),
+			"org_id": ddbitem.S(d.OrgID), "generation_id": ddbitem.S(d.GenerationID), "day": ddbitem.S(d.Day),
+			"cost": ddbitem.N(int64(d.Cost)),
 		},
 		ConditionExpression: aws.String("attribute_not_exists(pk)"),
 	}}
@@ -188,11 +189,11 @@ func (s *Store) marker(d usage.Delta) types.TransactWriteItem {
 func (s *Store) rollupAdd(orgID, sk string, t usage.Totals) types.TransactWriteItem {
 	// Every attribute goes through a name placeholder: day and month are reserved words.
 	names := map[string]string{"#org": "org_id"}
-	values := item{":org": sv(orgID)}
+	values := item{":org": ddbitem.S(orgID)}
 	expr := "SET #org = :org"
 	set := func(name, v string) {
 		expr += ", #" + name + " = :" + name
-		names["#"+name], values[":"+name] = name, sv(v)
+		names["#"+name], values[":"+name] = name, ddbitem.S(v)
 	}
 	if rest, ok := strings.CutPrefix(sk, dayPrefix); ok {
 		day, model, _ := strings.Cut(rest, "#")
@@ -213,7 +214,7 @@ func (s *Store) rollupAdd(orgID, sk string, t usage.Totals) types.TransactWriteI
 			expr += ","
 		}
 		expr += " #" + f.name + " :" + f.name
-		names["#"+f.name], values[":"+f.name] = f.name, nv(f.n)
+		names["#"+f.name], values[":"+f.name] = f.name, ddbitem.N(f.n)
 	}
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName:                 &s.tables.Aggregates,
@@ -243,19 +244,19 @@ func (s *Store) rollups(ctx context.Context, orgID, from, to string) ([]usage.Ro
 		query = s.rollupQuery(orgID, from, to)
 	}
 	return listOrg(ctx, s, orgID, query, func(it item) (usage.Rollup, error) {
-		d := decoder{it: it}
+		d := ddbitem.NewReader(it)
 		r := usage.Rollup{OrgID: orgID}
-		if d.has("month") {
-			r.Month = d.str("month")
+		if d.Has("month") {
+			r.Month = d.Str("month")
 		} else {
-			r.Day, r.Model = d.str("day"), d.str("model")
+			r.Day, r.Model = d.Str("day"), d.Str("model")
 		}
-		r.Requests = d.num("requests")
-		r.PromptTokens = d.num("prompt_tokens")
-		r.CachedTokens = d.num("cached_tokens")
-		r.CompletionTokens = d.num("completion_tokens")
-		r.Cost = money.Amount(d.num("cost"))
-		return r, d.err
+		r.Requests = d.Num("requests")
+		r.PromptTokens = d.Num("prompt_tokens")
+		r.CachedTokens = d.Num("cached_tokens")
+		r.CompletionTokens = d.Num("completion_tokens")
+		r.Cost = money.Amount(d.Num("cost"))
+		return r, d.Err()
 	}, nil)
 }
 
@@ -265,7 +266,7 @@ func (s *Store) rollupQuery(orgID, from, to string) *dynamodb.QueryInput {
 	return &dynamodb.QueryInput{
 		TableName:                 &s.tables.Aggregates,
 		KeyConditionExpression:    aws.String("pk = :org AND sk BETWEEN :from AND :to"),
-		ExpressionAttributeValues: item{":org": sv(orgID), ":from": sv(from), ":to": sv(to)},
+		ExpressionAttributeValues: item{":org": ddbitem.S(orgID), ":from": ddbitem.S(from), ":to": ddbitem.S(to)},
 		ConsistentRead:            aws.Bool(true),
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/store"
 )
 
@@ -51,7 +52,7 @@ func (s *Store) LedgerItems(ctx context.Context, orgID, fromID, toID string, fn 
 	return s.queryItems(ctx, &dynamodb.QueryInput{
 		TableName:                 &s.tables.Ledger,
 		KeyConditionExpression:    aws.String("org_id = :org AND entry_id BETWEEN :from AND :to"),
-		ExpressionAttributeValues: item{":org": sv(orgID), ":from": sv(fromID), ":to": sv(toID)},
+		ExpressionAttributeValues: item{":org": ddbitem.S(orgID), ":from": ddbitem.S(fromID), ":to": ddbitem.S(toID)},
 		ConsistentRead:            aws.Bool(true),
 	}, fn)
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/store"
 )
 
@@ -44,13 +45,13 @@ func (s *Store) createKey(ctx context.Context, key store.Key) error {
 		return err
 	}
 	byHash := hashKey(key.Hash)
-	byHash["key_id"] = sv(key.ID)
-	byHash["org_id"] = sv(key.OrgID)
+	byHash["key_id"] = ddbitem.S(key.ID)
+	byHash["org_id"] = ddbitem.S(key.OrgID)
 	if created != nil {
-		byHash["created_at"] = nv(*created)
+		byHash["created_at"] = ddbitem.N(*created)
 	}
 	byID := keyIDKey(key.ID)
-	byID["key_hash"] = sv(hex.EncodeToString(key.Hash[:]))
+	byID["key_hash"] = ddbitem.S(hex.EncodeToString(key.Hash[:]))
 	c, err := s.transact(ctx, func() []types.TransactWriteItem {
 		return []types.TransactWriteItem{
 			{ConditionCheck: &types.ConditionCheck{TableName: &s.tables.Orgs, Key: orgKey(key.OrgID),
@@ -72,18 +73,18 @@ func (s *Store) createKey(ctx context.Context, key store.Key) error {
 }
 
 func decodeKey(it item) (store.Key, error) {
-	d := decoder{it: it}
-	k := store.Key{ID: d.str("key_id"), OrgID: d.str("org_id"), CreatedAt: d.optTime("created_at")}
-	h, err := hex.DecodeString(strings.TrimPrefix(d.str("pk"), keyByHashPrefix))
-	if d.err == nil && (err != nil || len(h) != len(k.Hash)) {
-		d.err = fmt.Errorf("key %s: malformed hash", k.ID)
+	d := ddbitem.NewReader(it)
+	k := store.Key{ID: d.Str("key_id"), OrgID: d.Str("org_id"), CreatedAt: optTime(d, "created_at")}
+	h, err := hex.DecodeString(strings.TrimPrefix(d.Str("pk"), keyByHashPrefix))
+	if err != nil || len(h) != len(k.Hash) {
+		d.Fail("key %s: malformed hash", k.ID)
 	}
 	copy(k.Hash[:], h)
-	if d.has("revoked_at") {
-		t := d.optTime("revoked_at")
+	if d.Has("revoked_at") {
+		t := optTime(d, "revoked_at")
 		k.RevokedAt = &t
 	}
-	return k, d.err
+	return k, d.Err()
 }
 
 // Keys lists an organization's keys, oldest first, from the by-org index. The index is
@@ -94,7 +95,7 @@ func (s *Store) Keys(ctx context.Context, orgID string) ([]store.Key, error) {
 		TableName:                 &s.tables.Keys,
 		IndexName:                 aws.String(KeysByOrgIndex),
 		KeyConditionExpression:    aws.String("org_id = :org"),
-		ExpressionAttributeValues: item{":org": sv(orgID)},
+		ExpressionAttributeValues: item{":org": ddbitem.S(orgID)},
 	}, decodeKey, func(a, b store.Key) int {
 		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
 	})
@@ -116,17 +117,17 @@ func (s *Store) revokeKey(ctx context.Context, keyID string, at time.Time) error
 	if err != nil {
 		return err
 	}
-	d := decoder{it: claim}
-	h := d.str("key_hash")
-	if d.err != nil {
-		return d.err
+	d := ddbitem.NewReader(claim)
+	h := d.Str("key_hash")
+	if err := d.Err(); err != nil {
+		return err
 	}
 	err = s.update(ctx, &dynamodb.UpdateItemInput{
 		TableName:                 &s.tables.Keys,
 		Key:                       keyOf("pk", keyByHashPrefix+h),
 		UpdateExpression:          aws.String("SET revoked_at = if_not_exists(revoked_at, :at)"),
 		ConditionExpression:       aws.String("attribute_exists(pk)"),
-		ExpressionAttributeValues: item{":at": nv(n)},
+		ExpressionAttributeValues: item{":at": ddbitem.N(n)},
 	})
 	if failed, _ := conditionFailed(err); failed {
 		return store.ErrNotFound

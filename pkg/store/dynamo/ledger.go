@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 )
@@ -21,14 +22,14 @@ import (
 // reading exports.
 func ledgerItem(e store.LedgerEntry, at int64) item {
 	return item{
-		"org_id":     sv(e.OrgID),
-		"entry_id":   sv(e.ID),
-		"kind":       sv(string(e.Kind)),
-		"amount":     nv(int64(e.Amount)),
-		"amount_usd": sv(e.Amount.String()),
-		"note":       sv(e.Note),
-		"at":         nv(at),
-		"at_utc":     sv(store.FromUnixNanos(at).Format(time.RFC3339Nano)),
+		"org_id":     ddbitem.S(e.OrgID),
+		"entry_id":   ddbitem.S(e.ID),
+		"kind":       ddbitem.S(string(e.Kind)),
+		"amount":     ddbitem.N(int64(e.Amount)),
+		"amount_usd": ddbitem.S(e.Amount.String()),
+		"note":       ddbitem.S(e.Note),
+		"at":         ddbitem.N(at),
+		"at_utc":     ddbitem.S(store.FromUnixNanos(at).Format(time.RFC3339Nano)),
 	}
 }
 
@@ -55,7 +56,7 @@ func (s *Store) addEntry(ctx context.Context, e store.LedgerEntry) error {
 				Key:                       orgKey(e.OrgID),
 				UpdateExpression:          aws.String("SET balance = balance + :amount, available = available + :amount"),
 				ConditionExpression:       aws.String("attribute_exists(balance)"),
-				ExpressionAttributeValues: item{":amount": nv(int64(e.Amount))},
+				ExpressionAttributeValues: item{":amount": ddbitem.N(int64(e.Amount))},
 			}},
 			{Put: &types.Put{
 				TableName:           &s.tables.Ledger,
@@ -80,16 +81,16 @@ func (s *Store) addEntry(ctx context.Context, e store.LedgerEntry) error {
 }
 
 func decodeEntry(it item) (store.LedgerEntry, error) {
-	d := decoder{it: it}
+	d := ddbitem.NewReader(it)
 	e := store.LedgerEntry{
-		ID:     d.str("entry_id"),
-		OrgID:  d.str("org_id"),
-		Kind:   store.EntryKind(d.str("kind")),
-		Amount: money.Amount(d.num("amount")),
-		Note:   d.str("note"),
-		At:     store.FromUnixNanos(d.num("at")),
+		ID:     d.Str("entry_id"),
+		OrgID:  d.Str("org_id"),
+		Kind:   store.EntryKind(d.Str("kind")),
+		Amount: money.Amount(d.Num("amount")),
+		Note:   d.Str("note"),
+		At:     store.FromUnixNanos(d.Num("at")),
 	}
-	return e, d.err
+	return e, d.Err()
 }
 
 // Ledger lists an organization's ledger entries by time, then ID: a strongly consistent query of
@@ -98,7 +99,7 @@ func (s *Store) Ledger(ctx context.Context, orgID string) ([]store.LedgerEntry, 
 	entries, err := listOrg(ctx, s, orgID, &dynamodb.QueryInput{
 		TableName:                 &s.tables.Ledger,
 		KeyConditionExpression:    aws.String("org_id = :org"),
-		ExpressionAttributeValues: item{":org": sv(orgID)},
+		ExpressionAttributeValues: item{":org": ddbitem.S(orgID)},
 		ConsistentRead:            aws.Bool(true),
 	}, decodeEntry, func(a, b store.LedgerEntry) int {
 		return cmp.Or(a.At.Compare(b.At), strings.Compare(a.ID, b.ID))

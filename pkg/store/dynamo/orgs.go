@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 )
@@ -31,15 +32,15 @@ func (s *Store) createOrg(ctx context.Context, org store.Org) error {
 		return err
 	}
 	orgItem := orgKey(org.ID)
-	orgItem["id"] = sv(org.ID)
-	orgItem["name"] = sv(org.Name)
-	orgItem["status"] = sv(string(org.Status))
-	orgItem["max_in_flight"] = nv(int64(org.MaxInFlight))
-	orgItem["balance"] = nv(0)
+	orgItem["id"] = ddbitem.S(org.ID)
+	orgItem["name"] = ddbitem.S(org.Name)
+	orgItem["status"] = ddbitem.S(string(org.Status))
+	orgItem["max_in_flight"] = ddbitem.N(int64(org.MaxInFlight))
+	orgItem["balance"] = ddbitem.N(0)
 	if created != nil {
-		orgItem["created_at"] = nv(*created)
+		orgItem["created_at"] = ddbitem.N(*created)
 	}
-	orgItem["available"] = nv(0)
+	orgItem["available"] = ddbitem.N(0)
 	orgItem["leases"] = emptyMap()
 	err = write(ctx, func() error {
 		_, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.tables.Orgs, Item: orgItem, ConditionExpression: aws.String("attribute_not_exists(pk)")})
@@ -52,17 +53,17 @@ func (s *Store) createOrg(ctx context.Context, org store.Org) error {
 }
 
 func decodeOrg(it item) (store.Org, error) {
-	d := decoder{it: it}
+	d := ddbitem.NewReader(it)
 	o := store.Org{
-		ID:          d.str("id"),
-		Name:        d.str("name"),
-		Status:      store.OrgStatus(d.str("status")),
-		MaxInFlight: int(d.num("max_in_flight")),
-		Balance:     money.Amount(d.num("balance")),
-		CreatedAt:   d.optTime("created_at"),
+		ID:          d.Str("id"),
+		Name:        d.Str("name"),
+		Status:      store.OrgStatus(d.Str("status")),
+		MaxInFlight: int(d.Num("max_in_flight")),
+		Balance:     money.Amount(d.Num("balance")),
+		CreatedAt:   optTime(d, "created_at"),
 	}
-	o.Reserved = o.Balance - money.Amount(d.num("available"))
-	return o, d.err
+	o.Reserved = o.Balance - money.Amount(d.Num("available"))
+	return o, d.Err()
 }
 
 // Org returns one organization with its current balance, from a strongly consistent read.
@@ -102,7 +103,7 @@ func (s *Store) scanOrgs(ctx context.Context, projection *string, fn func(item) 
 		TableName:                 &s.tables.Orgs,
 		FilterExpression:          aws.String("sk = :org"),
 		ProjectionExpression:      projection,
-		ExpressionAttributeValues: item{":org": sv(skOrg)},
+		ExpressionAttributeValues: item{":org": ddbitem.S(skOrg)},
 		ConsistentRead:            aws.Bool(true),
 	})
 	for p.HasMorePages() {
@@ -124,7 +125,7 @@ func (s *Store) SetOrgStatus(ctx context.Context, orgID string, status store.Org
 	if err := store.CheckOrg(status, 1); err != nil {
 		return fmt.Errorf("set status of %s: %w", orgID, err)
 	}
-	err := s.updateOrg(ctx, orgID, "SET #status = :status", names("#status", "status"), item{":status": sv(string(status))})
+	err := s.updateOrg(ctx, orgID, "SET #status = :status", names("#status", "status"), item{":status": ddbitem.S(string(status))})
 	return store.Wrapf(err, "set status of %s", orgID)
 }
 
@@ -135,7 +136,7 @@ func (s *Store) SetMaxInFlight(ctx context.Context, orgID string, n int) error {
 	if err := store.CheckOrg(store.OrgActive, n); err != nil {
 		return fmt.Errorf("set limit of %s: %w", orgID, err)
 	}
-	err := s.updateOrg(ctx, orgID, "SET max_in_flight = :n", nil, item{":n": nv(int64(n))})
+	err := s.updateOrg(ctx, orgID, "SET max_in_flight = :n", nil, item{":n": ddbitem.N(int64(n))})
 	return store.Wrapf(err, "set limit of %s", orgID)
 }
 
@@ -165,10 +166,10 @@ func (s *Store) Maintenance(ctx context.Context) (store.Maintenance, error) {
 	case err != nil:
 		return store.Maintenance{}, fmt.Errorf("maintenance: %w", err)
 	}
-	d := decoder{it: it}
-	m := store.Maintenance{On: d.boolean("on"), Until: d.optTime("until")}
-	if d.err != nil {
-		return store.Maintenance{}, fmt.Errorf("maintenance: %w", d.err)
+	d := ddbitem.NewReader(it)
+	m := store.Maintenance{On: d.Bool("on"), Until: optTime(d, "until")}
+	if err := d.Err(); err != nil {
+		return store.Maintenance{}, fmt.Errorf("maintenance: %w", err)
 	}
 	return m, nil
 }
@@ -176,13 +177,13 @@ func (s *Store) Maintenance(ctx context.Context) (store.Maintenance, error) {
 // SetMaintenance replaces the maintenance window.
 func (s *Store) SetMaintenance(ctx context.Context, m store.Maintenance) error {
 	it := keyOf("pk", pkSettings, "sk", skMaintenance)
-	it["on"] = bv(m.On)
+	it["on"] = ddbitem.Bool(m.On)
 	until, err := store.OptUnixNanos("until", m.Until)
 	if err != nil {
 		return fmt.Errorf("set maintenance: %w", err)
 	}
 	if until != nil {
-		it["until"] = nv(*until)
+		it["until"] = ddbitem.N(*until)
 	}
 	_, err = s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.tables.Orgs, Item: it})
 	return store.Wrapf(err, "set maintenance")

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/usage"
@@ -83,8 +84,8 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleRe
 		}
 		if failed, recorded := c.failed(1); failed {
 			if recorded != nil {
-				d := decoder{it: recorded}
-				if d.has("settlement_token") && d.str("settlement_token") == token {
+				d := ddbitem.NewReader(recorded)
+				if d.Has("settlement_token") && d.Str("settlement_token") == token {
 					return store.SettleResult{WrittenOff: off}, nil // an earlier try of this call committed
 				}
 			}
@@ -94,14 +95,14 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleRe
 			if org == nil {
 				return store.SettleResult{}, store.ErrNotFound
 			}
-			d := decoder{it: org}
-			available := d.num("available")
-			if d.err != nil {
-				return store.SettleResult{}, fmt.Errorf("org item: %w", d.err)
+			d := ddbitem.NewReader(org)
+			available := d.Num("available")
+			if err := d.Err(); err != nil {
+				return store.SettleResult{}, fmt.Errorf("org item: %w", err)
 			}
 			limit := money.Amount(available)
 			if held {
-				l, still := d.leaseMap("leases")[st.Lease.HolderID]
+				l, still := leaseMap(d, "leases")[st.Lease.HolderID]
 				switch {
 				case !still:
 					held = false // the lease lapsed and gave its reservation back: settle without it
@@ -129,10 +130,10 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleRe
 func (s *Store) settleOrg(lease store.Lease, orgID string, cost money.Amount, held bool) types.TransactWriteItem {
 	if held {
 		cond := "leases.#holder.r = :reserved"
-		v := item{":cost": nv(int64(cost)), ":back": nv(int64(lease.Reserved - cost)), ":reserved": nv(int64(lease.Reserved))}
+		v := item{":cost": ddbitem.N(int64(cost)), ":back": ddbitem.N(int64(lease.Reserved - cost)), ":reserved": ddbitem.N(int64(lease.Reserved))}
 		if excess := cost - lease.Reserved; excess > 0 {
 			cond += " AND available >= :excess"
-			v[":excess"] = nv(int64(excess))
+			v[":excess"] = ddbitem.N(int64(excess))
 		}
 		return types.TransactWriteItem{Update: &types.Update{
 			TableName:                           &s.tables.Orgs,
@@ -165,71 +166,21 @@ func (s *Store) settleOrg(lease store.Lease, orgID string, cost money.Amount, he
 		UpdateExpression:                    aws.String("SET balance = balance - :cost, available = available - :cost"),
 		ConditionExpression:                 aws.String(cond + " AND available >= :cost"),
 		ExpressionAttributeNames:            n,
-		ExpressionAttributeValues:           item{":cost": nv(int64(cost))},
+		ExpressionAttributeValues:           item{":cost": ddbitem.N(int64(cost))},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}}
 }
 
-// eventItem is the usage item of an event: the wire names of the event's fields, the cost in
-// picodollars and as a decimal USD string, times in Unix nanoseconds (and started_at also as
-// RFC 3339 for people reading exports).
+// eventItem is the usage item of an event (usage.EventItem) with what settlement keeps for
+// itself: when it settled and the token of the call that wrote it.
 func eventItem(e usage.Event, settled int64, token string) (item, error) {
-	started, err := store.UnixNanos("started_at", e.StartedAt)
-	if err != nil {
+	if _, err := store.UnixNanos("started_at", e.StartedAt); err != nil {
 		return nil, err
 	}
-	return item{
-		"org_id":            sv(e.OrgID),
-		"generation_id":     sv(e.GenerationID),
-		"version":           nv(int64(e.Version)),
-		"key_id":            sv(e.KeyID),
-		"model":             sv(e.Model),
-		"endpoint":          sv(e.Endpoint),
-		"stream":            bv(e.Stream),
-		"status":            sv(string(e.Status)),
-		"http_status":       nv(int64(e.HTTPStatus)),
-		"finish_reason":     sv(e.FinishReason),
-		"prompt_tokens":     nv(e.PromptTokens),
-		"cached_tokens":     nv(e.CachedTokens),
-		"completion_tokens": nv(e.CompletionTokens),
-		"cost":              nv(int64(e.Cost)),
-		"cost_usd":          sv(e.Cost.String()),
-		"estimated":         bv(e.Estimated),
-		"started_at":        nv(started),
-		"started_at_utc":    sv(e.StartedAt.UTC().Format(time.RFC3339Nano)),
-		"day":               sv(e.Day()),
-		"ttft_ms":           nv(e.TTFTMillis),
-		"duration_ms":       nv(e.DurationMillis),
-		"backend":           sv(e.Backend),
-		"settled_at":        nv(settled),
-		"settlement_token":  sv(token),
-	}, nil
-}
-
-func decodeEvent(it item) (usage.Event, error) {
-	d := decoder{it: it}
-	e := usage.Event{
-		Version:          int(d.num("version")),
-		GenerationID:     d.str("generation_id"),
-		OrgID:            d.str("org_id"),
-		KeyID:            d.str("key_id"),
-		Model:            d.str("model"),
-		Endpoint:         d.str("endpoint"),
-		Stream:           d.boolean("stream"),
-		Status:           usage.Status(d.str("status")),
-		HTTPStatus:       int(d.num("http_status")),
-		FinishReason:     d.str("finish_reason"),
-		PromptTokens:     d.num("prompt_tokens"),
-		CachedTokens:     d.num("cached_tokens"),
-		CompletionTokens: d.num("completion_tokens"),
-		Cost:             money.Amount(d.num("cost")),
-		Estimated:        d.boolean("estimated"),
-		StartedAt:        store.FromUnixNanos(d.num("started_at")),
-		TTFTMillis:       d.num("ttft_ms"),
-		DurationMillis:   d.num("duration_ms"),
-		Backend:          d.str("backend"),
-	}
-	return e, d.err
+	it := usage.EventItem(e)
+	it["settled_at"] = ddbitem.N(settled)
+	it["settlement_token"] = ddbitem.S(token)
+	return it, nil
 }
 
 // Generation returns the recorded event of one generation of this organization: one strongly
@@ -247,7 +198,7 @@ func (s *Store) generation(ctx context.Context, orgID, generationID string) (usa
 	if err != nil {
 		return usage.Event{}, err
 	}
-	return decodeEvent(it)
+	return usage.DecodeItem(it)
 }
 
 // Usage lists an organization's events started in [from, to), by start time then generation id,
@@ -267,7 +218,7 @@ func (s *Store) usage(ctx context.Context, orgID string, from, to time.Time) ([]
 		query = s.usageStarted(orgID, f, t-1)
 	}
 	// The key orders by the millisecond of the start, then by the id's random part.
-	return listOrg(ctx, s, orgID, query, decodeEvent, func(a, b usage.Event) int {
+	return listOrg(ctx, s, orgID, query, usage.DecodeItem, func(a, b usage.Event) int {
 		return cmp.Or(a.StartedAt.Compare(b.StartedAt), strings.Compare(a.GenerationID, b.GenerationID))
 	})
 }
@@ -286,7 +237,7 @@ func (s *Store) usageStarted(orgID string, first, last int64) *dynamodb.QueryInp
 		KeyConditionExpression: aws.String("org_id = :org AND generation_id BETWEEN :lo AND :hi"),
 		FilterExpression:       aws.String("started_at BETWEEN :first AND :last"),
 		ExpressionAttributeValues: item{
-			":org": sv(orgID), ":lo": sv(lo), ":hi": sv(hi), ":first": nv(first), ":last": nv(last),
+			":org": ddbitem.S(orgID), ":lo": ddbitem.S(lo), ":hi": ddbitem.S(hi), ":first": ddbitem.N(first), ":last": ddbitem.N(last),
 		},
 		ConsistentRead: aws.Bool(true),
 	}

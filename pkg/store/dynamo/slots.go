@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 )
@@ -39,7 +40,7 @@ type leaseEntry struct {
 }
 
 func leaseValue(expires, reserved int64) types.AttributeValue {
-	return &types.AttributeValueMemberM{Value: item{"e": nv(expires), "r": nv(reserved)}}
+	return &types.AttributeValueMemberM{Value: item{"e": ddbitem.N(expires), "r": ddbitem.N(reserved)}}
 }
 
 // maxAdmitRounds bounds the purge-and-retry rounds of one admission: a round is needed only when
@@ -86,8 +87,8 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 			" AND size(leases) < max_in_flight AND attribute_not_exists(leases.#holder)"),
 		ExpressionAttributeNames: names("#holder", req.HolderID, "#status", "status"),
 		ExpressionAttributeValues: item{
-			":lease": leaseValue(expires, reserve), ":reserve": nv(reserve),
-			":active": sv(string(store.OrgActive)), ":zero": nv(0),
+			":lease": leaseValue(expires, reserve), ":reserve": ddbitem.N(reserve),
+			":active": ddbitem.S(string(store.OrgActive)), ":zero": ddbitem.N(0),
 		},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
@@ -108,11 +109,11 @@ func (s *Store) admit(ctx context.Context, req store.AdmitRequest) (store.Lease,
 		if org == nil {
 			return store.Lease{}, store.ErrNotFound
 		}
-		d := decoder{it: org}
-		status, available, limit := store.OrgStatus(d.str("status")), d.num("available"), d.num("max_in_flight")
-		leases := d.leaseMap("leases")
-		if d.err != nil {
-			return store.Lease{}, fmt.Errorf("org item: %w", d.err)
+		d := ddbitem.NewReader(org)
+		status, available, limit := store.OrgStatus(d.Str("status")), d.Num("available"), d.Num("max_in_flight")
+		leases := leaseMap(d, "leases")
+		if err := d.Err(); err != nil {
+			return store.Lease{}, fmt.Errorf("org item: %w", err)
 		}
 		if l, ok := leases[req.HolderID]; ok {
 			if l.expires == expires && l.reserved == reserve {
@@ -156,12 +157,12 @@ func (s *Store) purge(ctx context.Context, orgID string, expired []string, lease
 		freed := int64(0)
 		for i, holder := range batch {
 			h, e := "#h"+strconv.Itoa(i), ":e"+strconv.Itoa(i)
-			n[h], v[e] = holder, nv(leases[holder].expires)
+			n[h], v[e] = holder, ddbitem.N(leases[holder].expires)
 			remove = append(remove, "leases."+h)
 			cond = append(cond, "leases."+h+".e = "+e)
 			freed += leases[holder].reserved
 		}
-		v[":freed"] = nv(freed)
+		v[":freed"] = ddbitem.N(freed)
 		err := s.update(ctx, &dynamodb.UpdateItemInput{
 			TableName:                 &s.tables.Orgs,
 			Key:                       orgKey(orgID),
@@ -192,7 +193,7 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) (bool, error) {
 		UpdateExpression:          aws.String("REMOVE leases.#holder SET available = available + :reserved"),
 		ConditionExpression:       aws.String("leases.#holder.r = :reserved"),
 		ExpressionAttributeNames:  names("#holder", lease.HolderID),
-		ExpressionAttributeValues: item{":reserved": nv(int64(lease.Reserved))},
+		ExpressionAttributeValues: item{":reserved": ddbitem.N(int64(lease.Reserved))},
 	})
 	if failed, _ := conditionFailed(err); failed {
 		return false, nil
@@ -221,7 +222,7 @@ func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 		UpdateExpression:          aws.String("SET leases.#holder.e = :expires"),
 		ConditionExpression:       aws.String("leases.#holder.e > :now"),
 		ExpressionAttributeNames:  names("#holder", lease.HolderID),
-		ExpressionAttributeValues: item{":expires": nv(expires), ":now": nv(n)},
+		ExpressionAttributeValues: item{":expires": ddbitem.N(expires), ":now": ddbitem.N(n)},
 	})
 	if failed, _ := conditionFailed(err); failed {
 		return store.Lease{}, store.ErrLeaseLost
@@ -249,10 +250,10 @@ func (s *Store) inFlight(ctx context.Context, orgID string, now time.Time) ([]st
 	if err != nil {
 		return nil, err
 	}
-	d := decoder{it: org}
-	leases := d.leaseMap("leases")
-	if d.err != nil {
-		return nil, d.err
+	d := ddbitem.NewReader(org)
+	leases := leaseMap(d, "leases")
+	if err := d.Err(); err != nil {
+		return nil, err
 	}
 	var held []store.Lease
 	for holder, l := range leases {
@@ -265,23 +266,19 @@ func (s *Store) inFlight(ctx context.Context, orgID string, now time.Time) ([]st
 }
 
 // leaseMap reads a lease map: holder ID → {e, r}.
-func (d *decoder) leaseMap(name string) map[string]leaseEntry {
-	v, ok := d.it[name].(*types.AttributeValueMemberM)
-	if !ok {
-		d.fail(name, "a map")
-		return nil
-	}
-	out := make(map[string]leaseEntry, len(v.Value))
-	for holder, lv := range v.Value {
-		m, ok := lv.(*types.AttributeValueMemberM)
+func leaseMap(d *ddbitem.Reader, name string) map[string]leaseEntry {
+	m := d.Map(name)
+	out := make(map[string]leaseEntry, len(m))
+	for holder, lv := range m {
+		v, ok := lv.(*types.AttributeValueMemberM)
 		if !ok {
-			d.fail(name+"."+holder, "a map")
+			d.Fail("%s.%s: want a DynamoDB map (M)", name, holder)
 			continue
 		}
-		sub := decoder{it: m.Value}
-		out[holder] = leaseEntry{expires: sub.num("e"), reserved: sub.num("r")}
-		if sub.err != nil && d.err == nil {
-			d.err = fmt.Errorf("%s.%s: %w", name, holder, sub.err)
+		sub := ddbitem.NewReader(v.Value)
+		out[holder] = leaseEntry{expires: sub.Num("e"), reserved: sub.Num("r")}
+		if err := sub.Err(); err != nil {
+			d.Fail("%s.%s: %v", name, holder, err)
 		}
 	}
 	return out

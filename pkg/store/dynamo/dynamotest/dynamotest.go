@@ -123,7 +123,6 @@ func StartDynamoDBLocal(ctx context.Context) (*Server, error) {
 	case <-s.exited:
 		return nil, s.failed("exited before it listened")
 	case <-timer.C:
-		s.Stop()
 		return nil, s.failed(fmt.Sprintf("did not listen within %v", startTimeout))
 	case <-ctx.Done():
 		s.Stop()
@@ -238,13 +237,15 @@ func (s *Server) waitAnswers(ctx context.Context) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			s.Stop()
 			return s.failed(fmt.Sprintf("did not answer on %s within %v", s.Endpoint, startTimeout))
 		}
 	}
 }
 
+// failed stops the server, which removes what it was built in, and says why it failed, with its
+// output: every way of not starting after the process started ends here.
 func (s *Server) failed(why string) error {
+	s.Stop()
 	return fmt.Errorf("%s %s; its output:\n%s", s.Name, why, s.output.String())
 }
 

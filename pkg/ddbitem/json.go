@@ -1,20 +1,17 @@
-package finance
+package ddbitem
 
 import (
-	"bytes"
-	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 )
 
-// Item is one DynamoDB item, as the SDK types it: the export reader and the table reader hand
-// the same values to the same decoding.
-type Item = map[string]types.AttributeValue
+// JSONItem is one item in DynamoDB JSON, as exports and stream records hold it: each attribute
+// an object with exactly one member that names its type. Numbers stay the decimal strings
+// DynamoDB wrote; nothing here is ever a float.
+type JSONItem map[string]wireValue
 
-// wireValue is one attribute value in DynamoDB JSON: exactly one member is set. Numbers stay
-// the decimal strings DynamoDB wrote; nothing here is ever a float.
+// wireValue is one attribute value in DynamoDB JSON.
 type wireValue struct {
 	S    *string              `json:"S"`
 	N    *string              `json:"N"`
@@ -28,24 +25,10 @@ type wireValue struct {
 	BS   [][]byte             `json:"BS"`
 }
 
-// DecodeLine reads one line of a DynamoDB JSON export: {"Item": {...}}. A line that is not that
-// shape is an error; an empty line is (nil, nil).
-func DecodeLine(line []byte) (Item, error) {
-	line = bytes.TrimSpace(line)
-	if len(line) == 0 {
-		return nil, nil
-	}
-	var wire struct {
-		Item map[string]wireValue `json:"Item"`
-	}
-	if err := json.Unmarshal(line, &wire); err != nil {
-		return nil, fmt.Errorf("not DynamoDB JSON: %w", err)
-	}
-	if wire.Item == nil {
-		return nil, errors.New(`not DynamoDB JSON: no "Item" object`)
-	}
-	it := make(Item, len(wire.Item))
-	for name, v := range wire.Item {
+// Item is the item as the SDK types it, so that one decoding reads it whichever way it came.
+func (j JSONItem) Item() (Item, error) {
+	it := make(Item, len(j))
+	for name, v := range j {
 		av, err := v.value()
 		if err != nil {
 			return nil, fmt.Errorf("attribute %s: %w", name, err)
