@@ -248,10 +248,7 @@ func (g *generation) response() any {
 		for i := range choices {
 			choices[i] = textChoice{Index: i, Text: a.text(), FinishReason: &a.finish}
 		}
-		return &textCompletion{
-			ID: g.id, Object: "text_completion", Created: g.created, Model: g.req.model.Name,
-			Choices: choices, Usage: u,
-		}
+		return envelope(g, "text_completion", choices, u)
 	}
 	choices := make([]chatChoice, g.choices)
 	for i := range choices {
@@ -276,10 +273,7 @@ func (g *generation) response() any {
 		}
 		choices[i] = chatChoice{Index: i, Message: msg, FinishReason: &a.finish}
 	}
-	return &chatCompletion{
-		ID: g.id, Object: "chat.completion", Created: g.created, Model: g.req.model.Name,
-		Choices: choices, Usage: u,
-	}
+	return envelope(g, "chat.completion", choices, u)
 }
 
 // separateFinish reports whether the finish reason comes in a chunk of its own, after the last
@@ -434,25 +428,22 @@ func (g *generation) finishChunk(i int) any {
 func (g *generation) usageChunk() any {
 	u := g.usage()
 	if g.req.endpoint == endpointCompletions {
-		return g.wrapText(&textCompletion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.req.model.Name, Choices: []textChoice{}, Usage: u})
+		return g.wrapText(envelope(g, "text_completion", []textChoice{}, u))
 	}
-	return g.wrapChat(&chatCompletion{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.req.model.Name, Choices: []chatChoice{}, Usage: u})
+	return g.wrapChat(envelope(g, "chat.completion.chunk", []chatChoice{}, u))
 }
 
 func (g *generation) chatChunk(i int, delta *chatDelta, finish *string, u *usage) any {
-	return g.wrapChat(&chatCompletion{
-		ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.req.model.Name,
-		Choices: []chatChoice{{Index: i, Delta: delta, FinishReason: finish}},
-		Usage:   u,
-	})
+	return g.wrapChat(envelope(g, "chat.completion.chunk", []chatChoice{{Index: i, Delta: delta, FinishReason: finish}}, u))
 }
 
 func (g *generation) textChunk(i int, text string, finish *string, u *usage) any {
-	return g.wrapText(&textCompletion{
-		ID: g.id, Object: "text_completion", Created: g.created, Model: g.req.model.Name,
-		Choices: []textChoice{{Index: i, Text: text, FinishReason: finish}},
-		Usage:   u,
-	})
+	return g.wrapText(envelope(g, "text_completion", []textChoice{{Index: i, Text: text, FinishReason: finish}}, u))
+}
+
+// envelope is a response or chunk of g with choices and usage u.
+func envelope[C any](g *generation, object string, choices []C, u *usage) *completion[C] {
+	return &completion[C]{ID: g.id, Object: object, Created: g.created, Model: g.req.model.Name, Choices: choices, Usage: u}
 }
 
 // wrapChat and wrapText give SGLang's chunks their explicit nulls: pydantic's model_dump_json
@@ -472,7 +463,7 @@ func (g *generation) wrapChat(c *chatCompletion) any {
 	if c.Usage != nil {
 		u = &sglangUsage{PromptTokens: c.Usage.PromptTokens, TotalTokens: c.Usage.TotalTokens, CompletionTokens: c.Usage.CompletionTokens, PromptTokensDetails: c.Usage.PromptTokensDetails}
 	}
-	return &sglangChatChunk{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: u}
+	return &sglangChunk[sglangChatChoice, sglangUsage]{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: u}
 }
 
 // wrapText gives SGLang's completion chunks "usage": null and "matched_stop": null; its final
@@ -485,7 +476,7 @@ func (g *generation) wrapText(c *textCompletion) any {
 	for i, ch := range c.Choices {
 		choices[i] = sglangTextChoice{textChoice: ch}
 	}
-	return &sglangTextChunk{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: c.Usage}
+	return &sglangChunk[sglangTextChoice, usage]{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: c.Usage}
 }
 
 func nullable(s string) *string {
