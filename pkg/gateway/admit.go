@@ -1,11 +1,12 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/neocloud/kiln/pkg/money"
@@ -177,35 +178,19 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	if n < 0 || n > 64<<10 {
 		n = 64 << 10 // grow as needed; a lying Content-Length cannot make us allocate the limit
 	}
-	buf := make([]byte, 0, n+1)
+	// MinRead beyond the length, so that the read that finds the end needs no more room.
+	buf := bytes.NewBuffer(make([]byte, 0, n+bytes.MinRead))
 	br := newBodyReader(w, r.Body, g.opt.BodyTimeout)
-	body, err := readAllInto(buf, http.MaxBytesReader(w, br, g.opt.MaxBody))
-	if err != nil {
+	if _, err := buf.ReadFrom(http.MaxBytesReader(w, br, g.opt.MaxBody)); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
 			return nil, errTooLarge(g.opt.MaxBody)
 		}
-		if isTimeout(err) {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, errRequestTimeout(g.opt.BodyTimeout)
 		}
 		return nil, invalid("", "", "The request body could not be read: the connection ended before the body did.")
 	}
 	br.done()
-	return body, nil
-}
-
-func readAllInto(b []byte, r io.Reader) ([]byte, error) {
-	for {
-		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
-		}
-		n, err := r.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err == io.EOF {
-			return b, nil
-		}
-		if err != nil {
-			return b, err
-		}
-	}
+	return buf.Bytes(), nil
 }

@@ -1,10 +1,8 @@
 package gateway
 
 import (
-	"errors"
 	"io"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/neocloud/kiln/pkg/openai"
@@ -65,9 +63,6 @@ func (x *exchange) abortIfGone() {
 
 // statusClientGone is the status recorded when the client left before any was sent (nginx's 499).
 const statusClientGone = 499
-
-// isTimeout reports a read that ended at its deadline.
-func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
 
 // errRequestTimeout is the 408 of a body that stalled; the connection is closed after it, as the
 // rest of the body may still be on its way.

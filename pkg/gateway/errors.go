@@ -210,11 +210,6 @@ func errDeadline(tooShort bool) *apiError {
 		Message: msg}}
 }
 
-// upstreamInvalid is a model server's own 400: its message, in our shape, with no code.
-func upstreamInvalid(msg string) *apiError {
-	return &apiError{status: http.StatusBadRequest, body: openai.Error{Message: msg, Type: openai.TypeInvalidRequest}}
-}
-
 // quoteLen is how much of a client's string, in bytes, an error message quotes (contract section
 // 4): enough to recognise it, never enough to make an answer or a log line large.
 const quoteLen = 64

@@ -11,6 +11,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/neocloud/kiln/pkg/openai"
 	"github.com/neocloud/kiln/pkg/upstream"
 	"github.com/neocloud/kiln/pkg/usage"
 )
@@ -197,9 +198,7 @@ func (x *exchange) refused(ctx context.Context, resp *upstream.Response, be back
 // included): a 400 with the backend's message, cleaned, its param and no code.
 func (x *exchange) refusal(resp *upstream.Response, be backendError) *apiError {
 	msg, _ := x.backendMessage(resp, be.message)
-	e := upstreamInvalid(msg)
-	e.body.Param = clip(be.param, 64)
-	return e
+	return &apiError{status: http.StatusBadRequest, body: openai.Error{Message: msg, Type: openai.TypeInvalidRequest, Param: clip(be.param, quoteLen)}}
 }
 
 // backendMessage cleans a backend's message for the client (and for the log) of this exchange:
