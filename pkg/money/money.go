@@ -170,11 +170,11 @@ func (a Amount) Add(b Amount) (Amount, error) {
 	return s, nil
 }
 
-// Prices are a model's prices in USD per million tokens.
+// Prices are a model's prices in USD per million tokens; in JSON, as /v1/models shows them.
 type Prices struct {
-	Input       Amount // uncached prompt tokens
-	CachedInput Amount // prompt tokens served from the prefix cache
-	Output      Amount // completion tokens, reasoning included
+	Input       Amount `json:"input"`        // uncached prompt tokens
+	CachedInput Amount `json:"cached_input"` // prompt tokens served from the prefix cache
+	Output      Amount `json:"output"`       // completion tokens, reasoning included
 }
 
 // Cost returns the exact price of a request:
