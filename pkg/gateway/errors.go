@@ -340,34 +340,23 @@ func messagePrefix(raw []byte) (string, bool) {
 	if i < 0 {
 		return "", false
 	}
-	rest := bytes.TrimLeft(raw[i+len(`"message"`):], " \t\r\n")
-	if len(rest) == 0 || rest[0] != ':' {
+	rest, colon := bytes.CutPrefix(bytes.TrimLeft(raw[i+len(`"message"`):], " \t\r\n"), []byte(":"))
+	rest = bytes.TrimLeft(rest, " \t\r\n")
+	if !colon || len(rest) == 0 || rest[0] != '"' {
 		return "", false
 	}
-	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
-	if len(rest) == 0 || rest[0] != '"' {
-		return "", false
+	if v, err := jsontext.NewDecoder(bytes.NewReader(rest)).ReadValue(); err == nil {
+		m, ok := openai.String(v) // the whole string arrived
+		return m, ok && m != ""
 	}
-	// The string up to its closing quote, or as much of it as arrived, cut before an escape that
-	// did not arrive whole.
-	end := 1
-	for end < len(rest) && rest[end] != '"' {
-		if rest[end] == '\\' {
-			end++
+	// The string closed where it was cut, less an escape (or a character) that did not arrive
+	// whole: at most six bytes, as in \u00e9.
+	for cut := len(rest); cut > max(1, len(rest)-6); cut-- {
+		if m, ok := openai.String(append(rest[:cut:cut], '"')); ok {
+			return m, m != ""
 		}
-		end++
 	}
-	if end >= len(rest) {
-		s := rest[:min(end, len(rest))]
-		if k := bytes.LastIndexByte(s, '\\'); k > len(s)-6 && k > 0 {
-			s = s[:k]
-		}
-		rest = append(append([]byte(nil), s...), '"')
-	} else {
-		rest = rest[:end+1]
-	}
-	m, ok := openai.String(rest)
-	return m, ok && m != ""
+	return "", false
 }
 
 // maxBackendMessage bounds the part of a backend's message a client sees.
