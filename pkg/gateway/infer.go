@@ -88,8 +88,12 @@ func (x *exchange) fail(err error) {
 // or has left.
 func (x *exchange) forward(ctx context.Context) error {
 	x.event.Status = usage.StatusUpstreamError
-	ctx, cancel := x.backendContext(ctx)
-	defer cancel()
+	if dl, ok := ctx.Deadline(); ok {
+		// On Lambda the request has a deadline: the call stops early enough to settle before it.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-x.g.opt.SettleReserve))
+		defer cancel()
+	}
 	resp, err := x.g.opt.Upstream.Do(ctx, upstream.Call{Model: x.req.model, Path: x.ep.path, Body: x.req.forward, OrgID: x.admitted.OrgID})
 	if x.req.stream {
 		x.meter.n, x.meter.prompts = x.req.choices()
@@ -107,15 +111,6 @@ func (x *exchange) forward(ctx context.Context) error {
 		x.respond(ctx, resp)
 	}
 	return nil
-}
-
-// backendContext is the context of the backend call. On Lambda the request has a deadline; the
-// call stops early enough to settle before it.
-func (x *exchange) backendContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if dl, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(ctx, dl.Add(-x.g.opt.SettleReserve))
-	}
-	return ctx, func() {}
 }
 
 // unanswered is the error of a backend call that got no response headers; nil for a client
