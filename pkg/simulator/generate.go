@@ -21,10 +21,9 @@ const argumentPiece = 5
 type answer struct {
 	count     int
 	reasoning int
-	finish    string   // "" when the stream ends with an error event instead
-	toolName  string   // "" unless the answer is a tool call
-	toolID    string   // "call_..."
-	fragments []string // the tool call's arguments, in pieces
+	finish    string // "" when the stream ends with an error event instead
+	toolName  string // "" unless the answer is a tool call
+	toolID    string // "call_..."
 }
 
 func newAnswer(req *request, seq int64) answer {
@@ -34,18 +33,11 @@ func newAnswer(req *request, seq int64) answer {
 		return answer{count: max(0, d.tokens)}
 	}
 	if name := d.toolCall; name != "" {
-		var fragments []string
-		for rest := toolArguments; rest != ""; {
-			n := min(argumentPiece, len(rest))
-			fragments = append(fragments, rest[:n])
-			rest = rest[n:]
-		}
 		return answer{
-			count:     len(fragments),
-			finish:    "tool_calls",
-			toolName:  name,
-			toolID:    fmt.Sprintf("call_%024x", seq),
-			fragments: fragments,
+			count:    (len(toolArguments) + argumentPiece - 1) / argumentPiece,
+			finish:   "tool_calls",
+			toolName: name,
+			toolID:   fmt.Sprintf("call_%024x", seq),
 		}
 	}
 	var a answer
@@ -74,7 +66,7 @@ func newAnswer(req *request, seq int64) answer {
 // "tok0", " tok1", " tok2", ...; for a tool call, the i-th fragment of its arguments.
 func (a answer) piece(i int) string {
 	if a.toolName != "" {
-		return a.fragments[i]
+		return toolArguments[i*argumentPiece : min((i+1)*argumentPiece, len(toolArguments))]
 	}
 	word, j := "tok", i-a.reasoning
 	if i < a.reasoning {
@@ -170,8 +162,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request, seq
 		return
 	}
 	if d.dropAfter >= 0 {
-		// Closes the connection without a response: net/http's documented way to abort.
-		panic(http.ErrAbortHandler)
+		abort() // before any byte of the response
 	}
 	if sleep(ctx, d.delay*time.Duration(g.answer.count)) != nil {
 		return
