@@ -180,7 +180,7 @@ func (g *Gateway) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	}
 	// MinRead beyond the length, so that the read that finds the end needs no more room.
 	buf := bytes.NewBuffer(make([]byte, 0, n+bytes.MinRead))
-	br := newBodyReader(w, r.Body, g.opt.BodyTimeout)
+	br := &bodyReader{body: r.Body, w: w, every: g.opt.BodyTimeout}
 	if _, err := buf.ReadFrom(http.MaxBytesReader(w, br, g.opt.MaxBody)); err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {

@@ -21,14 +21,6 @@ type bodyReader struct {
 	set   bool // a deadline is set on the connection
 }
 
-func newBodyReader(w http.ResponseWriter, body io.ReadCloser, every time.Duration) *bodyReader {
-	r := &bodyReader{body: body, every: every}
-	if every > 0 {
-		r.w = w
-	}
-	return r
-}
-
 func (r *bodyReader) Read(p []byte) (int, error) {
 	if r.w != nil {
 		// The socket's deadline is on the system's clock, whatever clock the gateway was given.
