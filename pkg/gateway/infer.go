@@ -141,6 +141,21 @@ func (x *exchange) unanswered(ctx context.Context, err error) error {
 	return errBackendUnreachable
 }
 
+// deadlineError is the error of a backend call that the request's own deadline (ctx is the
+// backend context: the deadline less the settle reserve, see forward) ended before
+// anything reached the client: 503 deadline_exceeded, and the usage event says so; nil when the
+// deadline did not end it. A deadline that had passed before the request started (shorter than
+// the reserve) means the backend was never called, and the message says that. A client that
+// left is not a deadline.
+func (x *exchange) deadlineError(ctx context.Context) error {
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) || x.requestCtxDone() {
+		return nil
+	}
+	dl, _ := ctx.Deadline()
+	x.event.Status = usage.StatusDeadlineExceeded
+	return errDeadline(!dl.After(x.admitted.StartedAt))
+}
+
 // answered records which backend answered, and returns the error to answer with when its status
 // does not let the answer through.
 func (x *exchange) answered(ctx context.Context, resp *upstream.Response) error {

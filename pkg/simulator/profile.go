@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // Software is the model server a simulated model behaves like.
@@ -69,12 +70,7 @@ func errorType(status int) string {
 	case http.StatusInternalServerError:
 		return "InternalServerError"
 	}
-	name := ""
-	for _, r := range http.StatusText(status) {
-		if r != ' ' && r != '-' {
-			name += string(r)
-		}
-	}
+	name := strings.NewReplacer(" ", "", "-", "").Replace(http.StatusText(status))
 	if name == "" {
 		name = "HTTP" + strconv.Itoa(status)
 	}
