@@ -142,8 +142,7 @@ func (g *Gateway) releaseUnknown(req store.AdmitRequest) {
 	if !g.opt.SettleInBackground || g.unsettledLate.Load() >= maxUnsettled {
 		return
 	}
-	ttl := g.opt.LeaseTTL
-	lease := store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: req.Now.Add(ttl), Reserved: req.Reserve}
+	lease := store.Lease{OrgID: req.OrgID, HolderID: req.HolderID, Expires: req.Now.Add(g.opt.LeaseTTL), Reserved: req.Reserve}
 	g.unsettledLate.Add(1)
 	go func() {
 		defer g.unsettledLate.Add(-1)

@@ -262,11 +262,7 @@ func (req *request) forward(b catalog.Backend) []byte {
 		edits = append(edits, openai.Edit{Key: "model", Value: []byte(strconv.Quote(b.Model))})
 	}
 	if req.hasStream {
-		v := []byte("false")
-		if req.stream {
-			v = []byte("true")
-		}
-		edits = append(edits, openai.Edit{Key: "stream", Value: v})
+		edits = append(edits, openai.Edit{Key: "stream", Value: strconv.AppendBool(nil, req.stream)})
 	}
 	if req.stream {
 		opts := []openai.Edit{{Key: "include_usage", Value: []byte("true")}}
