@@ -450,10 +450,8 @@ func (g *generation) wrapChat(c *chatCompletion) any {
 			Role: nullable(d.Role), Content: d.Content, ReasoningContent: d.ReasoningContent, ToolCalls: d.ToolCalls,
 		}}
 	}
-	var u *sglangUsage
-	if c.Usage != nil {
-		u = &sglangUsage{PromptTokens: c.Usage.PromptTokens, TotalTokens: c.Usage.TotalTokens, CompletionTokens: c.Usage.CompletionTokens, PromptTokensDetails: c.Usage.PromptTokensDetails}
-	}
+	// The same usage, as SGLang writes it: a conversion, the two types differ only in their tags.
+	u := (*sglangUsage)(c.Usage)
 	return &sglangChunk[sglangChatChoice, sglangUsage]{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: u}
 }
 
