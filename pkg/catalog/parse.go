@@ -157,21 +157,15 @@ func (f *fileCatalog) build() (*Catalog, error) {
 		if fm.Pricing == nil {
 			fail(at+".pricing", "missing; input, cached_input and output are required")
 		} else {
-			for _, p := range []struct {
-				key  string
-				node *yaml.Node
-				dst  *money.Amount
-			}{
-				{"input", &fm.Pricing.Input, &m.Pricing.Input},
-				{"cached_input", &fm.Pricing.CachedInput, &m.Pricing.CachedInput},
-				{"output", &fm.Pricing.Output, &m.Pricing.Output},
-			} {
-				a, err := price(p.node)
+			read := func(key string, n *yaml.Node) money.Amount {
+				a, err := price(n)
 				if err != nil {
-					fail(at+".pricing."+p.key, "%v", err)
+					fail(at+".pricing."+key, "%v", err)
 				}
-				*p.dst = a
+				return a
 			}
+			p := fm.Pricing
+			m.Pricing = money.Prices{Input: read("input", &p.Input), CachedInput: read("cached_input", &p.CachedInput), Output: read("output", &p.Output)}
 		}
 
 		if len(fm.Backends) == 0 {
