@@ -4,8 +4,6 @@ import (
 	"io"
 	"net/http"
 	"time"
-
-	"github.com/neocloud/kiln/pkg/openai"
 )
 
 // bodyReader reads a request body with no gap between bytes longer than every (contract section
@@ -55,13 +53,3 @@ func (x *exchange) abortIfGone() {
 
 // statusClientGone is the status recorded when the client left before any was sent (nginx's 499).
 const statusClientGone = 499
-
-// errRequestTimeout is the 408 of a body that stalled; the connection is closed after it, as the
-// rest of the body may still be on its way.
-func errRequestTimeout(every time.Duration) *apiError {
-	return &apiError{status: http.StatusRequestTimeout, close: true, body: openai.Error{
-		Message: "The request body did not arrive in time: nothing of it came for " + every.String() + ". Send the whole body without pausing.",
-		Type:    openai.TypeInvalidRequest,
-		Code:    "request_timeout",
-	}}
-}

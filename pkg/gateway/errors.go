@@ -101,15 +101,15 @@ func invalid(param, code, format string, args ...any) *apiError {
 }
 
 func errMaintenance(until time.Time) *apiError {
-	return &apiError{
-		status: http.StatusServiceUnavailable,
-		body: openai.Error{
-			Message: "The service is in maintenance until " + until.UTC().Format(time.RFC3339) + ". Retry after that time.",
-			Type:    openai.TypeServiceUnavailable,
-			Code:    "maintenance",
-		},
-		retryAfter: until,
-	}
+	return &apiError{status: http.StatusServiceUnavailable, retryAfter: until, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "maintenance",
+		Message: "The service is in maintenance until " + until.UTC().Format(time.RFC3339) + ". Retry after that time."}}
+}
+
+// errRequestTimeout is the 408 of a body that stalled; the connection is closed after it, as the
+// rest of the body may still be on its way.
+func errRequestTimeout(every time.Duration) *apiError {
+	return &apiError{status: http.StatusRequestTimeout, close: true, body: openai.Error{Type: openai.TypeInvalidRequest, Code: "request_timeout",
+		Message: "The request body did not arrive in time: nothing of it came for " + every.String() + ". Send the whole body without pausing."}}
 }
 
 func errTooLarge(limit int64) *apiError {
@@ -176,12 +176,8 @@ func errRateLimited(limit int) *apiError {
 // errModelNotFound quotes at most quoteLen bytes of the id: a client's id may be of any length up
 // to the body limit, and a catalog id is at most catalog.MaxIDLen.
 func errModelNotFound(id string) *apiError {
-	return &apiError{status: http.StatusNotFound, body: openai.Error{
-		Message: "The model `" + clip(id, quoteLen) + "` does not exist or you do not have access to it.",
-		Type:    openai.TypeInvalidRequest,
-		Param:   "model",
-		Code:    "model_not_found",
-	}}
+	return &apiError{status: http.StatusNotFound, body: openai.Error{Type: openai.TypeInvalidRequest, Param: "model", Code: "model_not_found",
+		Message: "The model `" + clip(id, quoteLen) + "` does not exist or you do not have access to it."}}
 }
 
 func errNotFound(msg, code string) *apiError {
