@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -10,6 +9,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/neocloud/kiln/pkg/openai"
 )
 
 // The HTTP server answers some requests before any handler sees them: headers over
@@ -157,16 +158,13 @@ func describeNetHTTPError(status int, text string) (code, msg string) {
 	return "malformed_request", "The request could not be read as HTTP: " + text + "."
 }
 
-// answer writes a JSON error in the contract's shape straight to the connection, once. The server
-// closes the connection after it.
+// answer writes a JSON error in the contract's shape, as the gateway writes every error, straight
+// to the connection, once. The server closes the connection after it.
 func (c *conn) answer(status int, code, msg string) error {
 	if !c.answered.CompareAndSwap(false, true) {
 		return nil
 	}
-	body, _ := json.Marshal(map[string]any{"error": map[string]any{
-		"message": msg, "type": "invalid_request_error", "param": nil, "code": code,
-	}})
-	body = append(body, '\n')
+	body := append(openai.Error{Message: msg, Type: openai.TypeInvalidRequest, Code: code}.AppendJSON(nil), '\n')
 	var b bytes.Buffer
 	b.WriteString("HTTP/1.1 " + strconv.Itoa(status) + " " + http.StatusText(status) + "\r\n")
 	b.WriteString("Content-Type: application/json\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close\r\n\r\n")

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"log/slog"
@@ -11,7 +12,7 @@ import (
 // logFlushEvery is how long the local server's informational log lines may wait to be written.
 const logFlushEvery = 100 * time.Millisecond
 
-// logBufferSize is how many bytes of log lines are written at once at most when they come faster.
+// logBufferSize is how many bytes of log lines are written at once when they come faster.
 const logBufferSize = 32 << 10
 
 // newLogger returns the local server's logger, JSON lines on w at level and above, and the
@@ -21,10 +22,9 @@ const logBufferSize = 32 << 10
 // requests instead of one per request's line, which was 2 % of the server's CPU. The Lambda
 // gateway writes every line at once: the runtime may freeze it as soon as a response ends.
 func newLogger(w io.Writer, level slog.Level, every time.Duration) (*slog.Logger, func() error) {
-	b := &lineBuffer{w: w}
+	b := &lineBuffer{w: bufio.NewWriterSize(w, logBufferSize), every: every}
 	b.timer = time.AfterFunc(every, func() { _ = b.Flush() })
 	b.timer.Stop()
-	b.every = every
 	h := slog.NewJSONHandler(b, &slog.HandlerOptions{Level: level})
 	return slog.New(flushingHandler{h, b}), func() error {
 		b.timer.Stop()
@@ -36,8 +36,7 @@ func newLogger(w io.Writer, level slog.Level, every time.Duration) (*slog.Logger
 // that found it empty.
 type lineBuffer struct {
 	mu    sync.Mutex
-	w     io.Writer
-	buf   []byte
+	w     *bufio.Writer
 	timer *time.Timer
 	every time.Duration
 }
@@ -45,34 +44,17 @@ type lineBuffer struct {
 func (b *lineBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.buf) == 0 {
+	if b.w.Buffered() == 0 {
 		b.timer.Reset(b.every)
 	}
-	b.buf = append(b.buf, p...)
-	if len(b.buf) >= logBufferSize {
-		return len(p), b.flushLocked()
-	}
-	return len(p), nil
+	return b.w.Write(p)
 }
 
 // Flush writes the lines held.
 func (b *lineBuffer) Flush() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.flushLocked()
-}
-
-func (b *lineBuffer) flushLocked() error {
-	if len(b.buf) == 0 {
-		return nil
-	}
-	_, err := b.w.Write(b.buf)
-	if cap(b.buf) > 4*logBufferSize {
-		b.buf = nil // after a burst of long lines, not kept
-	} else {
-		b.buf = b.buf[:0]
-	}
-	return err
+	return b.w.Flush()
 }
 
 // flushingHandler writes the lines held as soon as one at Warn or above is logged.

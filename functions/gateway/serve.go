@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/neocloud/kiln/pkg/config"
-	"github.com/neocloud/kiln/pkg/gateway"
 	"github.com/neocloud/kiln/pkg/store/sqlite"
 )
 
@@ -46,11 +45,8 @@ func serve(ctx context.Context, cfg config.Config, getenv func(string) string, l
 	if getenv("GOGC") == "" {
 		debug.SetGCPercent(gcPercent)
 	}
-	cat, err := loadCatalog(cfg, log)
-	if err != nil {
-		return err
-	}
-	st, err := openStore(ctx, cfg, serverStore)
+	// Off Lambda the process outlives its requests: settle off the connection, drain at the end.
+	gw, st, cat, err := newGateway(ctx, cfg, getenv, log, serverStore, true)
 	if err != nil {
 		return err
 	}
@@ -74,18 +70,6 @@ func serve(ctx context.Context, cfg config.Config, getenv func(string) string, l
 	// After the gateway: every settlement is in the usage table by then, and the pipe reads the
 	// stream to its end before it stops.
 	defer stopPipe()
-
-	tokens, err := backendTokens(ctx, cfg, log)
-	if err != nil {
-		return err
-	}
-	opt := gatewayOptions(cfg, cat, st, getenv, tokens, log)
-	// Off Lambda the process outlives its requests: settle off the connection, drain at the end.
-	opt.SettleInBackground = true
-	gw, err := gateway.New(opt)
-	if err != nil {
-		return err
-	}
 
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

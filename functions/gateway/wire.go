@@ -79,16 +79,31 @@ func createLocalTables(ctx context.Context, cfg config.Config, st store.Store, l
 	return nil
 }
 
-// gatewayOptions are the gateway's options as the configuration sets them, the same on Lambda
-// and off it; the caller adds whether settlement may run in the background. Nothing is published
-// per request: the usage table (its stream on DynamoDB) carries the events on.
-func gatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, getenv func(string) string, tokens map[string]upstream.TokenSource, log *slog.Logger) gateway.Options {
+// newGateway wires the gateway the same way on Lambda and off it: the catalog, the store
+// (embedded with embedded's options), the backends' token and the configured options; background
+// is whether settlement may be retried after the handler returns (off Lambda). Nothing is
+// published per request: the usage table (its stream on DynamoDB) carries the events on. The
+// caller closes the store.
+func newGateway(ctx context.Context, cfg config.Config, getenv func(string) string, log *slog.Logger, embedded sqlite.Options, background bool) (*gateway.Gateway, store.Store, *catalog.Catalog, error) {
+	cat, err := loadCatalog(cfg, log)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	st, err := openStore(ctx, cfg, embedded)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	tokens, err := backendTokens(ctx, cfg, log)
+	if err != nil {
+		st.Close()
+		return nil, nil, nil, err
+	}
 	var metrics *gateway.Metrics
 	if cfg.MetricsNamespace != "" {
 		// Beside the log, on stdout: on Lambda both reach the function's log group.
 		metrics = gateway.NewMetrics(os.Stdout, cfg.MetricsNamespace)
 	}
-	return gateway.Options{
+	gw, err := gateway.New(gateway.Options{
 		Metrics: metrics,
 		Store:   st,
 		Catalog: cat,
@@ -98,16 +113,22 @@ func gatewayOptions(cfg config.Config, cat *catalog.Catalog, st store.Gateway, g
 			Getenv:         getenv,
 			Tokens:         tokens,
 		}),
-		Logger:        log,
-		MaxBody:       cfg.MaxBody,
-		BodyTimeout:   cfg.RequestBodyTimeout,
-		Keepalive:     cfg.Keepalive,
-		LeaseTTL:      cfg.LeaseTTL,
-		CacheTTL:      cfg.CacheTTL,
-		SettleReserve: cfg.SettleReserve,
-		AdmitTimeout:  cfg.AdmitTimeout,
-		SettleWait:    cfg.SettleWait,
+		Logger:             log,
+		MaxBody:            cfg.MaxBody,
+		BodyTimeout:        cfg.RequestBodyTimeout,
+		Keepalive:          cfg.Keepalive,
+		LeaseTTL:           cfg.LeaseTTL,
+		CacheTTL:           cfg.CacheTTL,
+		SettleReserve:      cfg.SettleReserve,
+		AdmitTimeout:       cfg.AdmitTimeout,
+		SettleWait:         cfg.SettleWait,
+		SettleInBackground: background,
+	})
+	if err != nil {
+		st.Close()
+		return nil, nil, nil, err
 	}
+	return gw, st, cat, nil
 }
 
 // backendTokens opens the backends' token in Secrets Manager that KILN_BACKEND_SECRET names (read

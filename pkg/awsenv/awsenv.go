@@ -11,9 +11,8 @@ import "strings"
 
 // Services whose endpoint Kiln overrides, by the SDK's service ID as the environment names it.
 const (
-	DynamoDB    = "DYNAMODB"
-	S3          = "S3"
-	EventBridge = "EVENTBRIDGE"
+	DynamoDB = "DYNAMODB"
+	S3       = "S3"
 )
 
 // Endpoint returns the endpoint override of a service: kilnName's value (KILN_DYNAMODB_ENDPOINT,

@@ -11,29 +11,30 @@ type Catalog struct {
 	byID    map[string]*Model
 }
 
-// Model is one public model.
+// Model is one public model. Its yaml tags are the catalog file's keys; prices are read apart
+// (parse.go), so that a price is never a YAML float.
 type Model struct {
-	ID                string
-	OwnedBy           string
-	Created           int64 // Unix seconds, shown in /v1/models
-	ContextLength     int
-	InputModalities   []string // "text", "image"
-	ParallelToolCalls bool     // whether parallel_tool_calls is honoured
-	ForcedToolChoice  bool     // false: tool_choice "required" or a named function is refused with 400
-	IgnoreEOS         bool     // false: ignore_eos: true on chat completions is refused with 400
-	Pricing           money.Prices
-	Backends          []Backend
+	ID                string       `yaml:"id"`
+	OwnedBy           string       `yaml:"owned_by"`
+	Created           int64        `yaml:"created"` // Unix seconds, shown in /v1/models
+	ContextLength     int          `yaml:"context_length"`
+	InputModalities   []string     `yaml:"input_modalities"`    // "text", "image"
+	ParallelToolCalls bool         `yaml:"parallel_tool_calls"` // whether parallel_tool_calls is honoured
+	ForcedToolChoice  bool         `yaml:"forced_tool_choice"`  // false: tool_choice "required" or a named function is refused with 400
+	IgnoreEOS         bool         `yaml:"ignore_eos"`          // false: ignore_eos: true on chat completions is refused with 400
+	Pricing           money.Prices `yaml:"-"`
+	Backends          []Backend    `yaml:"backends"`
 }
 
 // Backend is one model server that serves a Model.
 type Backend struct {
-	Name            string // unique in the catalog; appears in usage events and logs
-	URL             string // base URL ending in /v1, e.g. http://10.0.0.5:8000/v1
-	Model           string // the model name the backend expects; the public ID when empty in the file
-	Server          Server // the model server's software: whose protocol it speaks
-	ContinuousUsage bool   // the backend reports usage on every streamed chunk (continuous_usage_stats)
-	CachedTokens    bool   // the server reports cached prompt tokens (vLLM --enable-prompt-tokens-details, SGLang --enable-cache-report)
-	APIKeyEnv       string // optional: name of the environment variable holding the backend's bearer token
+	Name            string `yaml:"name"`             // unique in the catalog; appears in usage events and logs
+	URL             string `yaml:"url"`              // base URL ending in /v1, e.g. http://10.0.0.5:8000/v1
+	Model           string `yaml:"model"`            // the model name the backend expects; the public ID when empty in the file
+	Server          Server `yaml:"server"`           // the model server's software: whose protocol it speaks
+	ContinuousUsage bool   `yaml:"continuous_usage"` // the backend reports usage on every streamed chunk (continuous_usage_stats)
+	CachedTokens    bool   `yaml:"cached_tokens"`    // the server reports cached prompt tokens (vLLM --enable-prompt-tokens-details, SGLang --enable-cache-report)
+	APIKeyEnv       string `yaml:"api_key_env"`      // optional: name of the environment variable holding the backend's bearer token
 }
 
 // Server is the software a backend runs. vLLM and SGLang speak the same OpenAI protocol with

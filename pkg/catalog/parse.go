@@ -30,40 +30,23 @@ var (
 	envVarPattern = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 )
 
-// The file* types mirror the YAML file. Prices are kept as nodes so that an unquoted number can be
-// told apart from a string: a YAML float would be a float somewhere before it is money.
+// The file* types mirror the YAML file where Model does not: prices are kept as nodes so that an
+// unquoted number can be told apart from a string (a YAML float would be a float somewhere before
+// it is money).
 type fileCatalog struct {
 	Version int         `yaml:"version"`
 	Models  []fileModel `yaml:"models"`
 }
 
 type fileModel struct {
-	ID                string        `yaml:"id"`
-	OwnedBy           string        `yaml:"owned_by"`
-	Created           int64         `yaml:"created"`
-	ContextLength     int           `yaml:"context_length"`
-	InputModalities   []string      `yaml:"input_modalities"`
-	ParallelToolCalls bool          `yaml:"parallel_tool_calls"`
-	ForcedToolChoice  bool          `yaml:"forced_tool_choice"`
-	IgnoreEOS         bool          `yaml:"ignore_eos"`
-	Pricing           *filePricing  `yaml:"pricing"`
-	Backends          []fileBackend `yaml:"backends"`
+	Model   `yaml:",inline"`
+	Pricing *filePricing `yaml:"pricing"`
 }
 
 type filePricing struct {
 	Input       yaml.Node `yaml:"input"`
 	CachedInput yaml.Node `yaml:"cached_input"`
 	Output      yaml.Node `yaml:"output"`
-}
-
-type fileBackend struct {
-	Name            string `yaml:"name"`
-	URL             string `yaml:"url"`
-	Model           string `yaml:"model"`
-	Server          string `yaml:"server"`
-	ContinuousUsage bool   `yaml:"continuous_usage"`
-	CachedTokens    bool   `yaml:"cached_tokens"`
-	APIKeyEnv       string `yaml:"api_key_env"`
 }
 
 // Load reads and validates the catalog file at path.
@@ -104,13 +87,13 @@ var typeNames = strings.NewReplacer(
 	"type catalog.fileCatalog", "the catalog",
 	"type catalog.fileModel", "a model",
 	"type catalog.filePricing", "pricing",
-	"type catalog.fileBackend", "a backend",
+	"type catalog.Backend", "a backend",
 	"catalog.fileCatalog", "the catalog",
 	"[]catalog.fileModel", "a list of models",
 	"catalog.fileModel", "a model",
 	"catalog.filePricing", "pricing",
-	"[]catalog.fileBackend", "a list of backends",
-	"catalog.fileBackend", "a backend",
+	"[]catalog.Backend", "a list of backends",
+	"catalog.Backend", "a backend",
 )
 
 // shapeError rewrites the decoder's errors (one per line, each with its line number) so that
@@ -147,19 +130,9 @@ func (f *fileCatalog) build() (*Catalog, error) {
 	c := &Catalog{Version: f.Version, byID: make(map[string]*Model, len(f.Models))}
 	idAt := map[string]string{}      // model id → where it was first defined
 	backendAt := map[string]string{} // backend name → where it was first defined
-	for i, fm := range f.Models {
-		at := fmt.Sprintf("models[%d]", i)
-		m := &Model{
-			ID:                fm.ID,
-			OwnedBy:           fm.OwnedBy,
-			Created:           fm.Created,
-			ContextLength:     fm.ContextLength,
-			InputModalities:   fm.InputModalities,
-			ParallelToolCalls: fm.ParallelToolCalls,
-			ForcedToolChoice:  fm.ForcedToolChoice,
-			IgnoreEOS:         fm.IgnoreEOS,
-		}
-
+	for i := range f.Models {
+		fm, at := &f.Models[i], fmt.Sprintf("models[%d]", i)
+		m := &fm.Model
 		if err := unique(fm.ID, at, idAt); err != nil {
 			fail(at+".id", "%v", err)
 		}
@@ -184,46 +157,31 @@ func (f *fileCatalog) build() (*Catalog, error) {
 		if fm.Pricing == nil {
 			fail(at+".pricing", "missing; input, cached_input and output are required")
 		} else {
-			for _, p := range []struct {
-				key  string
-				node *yaml.Node
-				dst  *money.Amount
-			}{
-				{"input", &fm.Pricing.Input, &m.Pricing.Input},
-				{"cached_input", &fm.Pricing.CachedInput, &m.Pricing.CachedInput},
-				{"output", &fm.Pricing.Output, &m.Pricing.Output},
-			} {
-				a, err := price(p.node)
+			read := func(key string, n *yaml.Node) money.Amount {
+				a, err := price(n)
 				if err != nil {
-					fail(at+".pricing."+p.key, "%v", err)
+					fail(at+".pricing."+key, "%v", err)
 				}
-				*p.dst = a
+				return a
 			}
+			p := fm.Pricing
+			m.Pricing = money.Prices{Input: read("input", &p.Input), CachedInput: read("cached_input", &p.CachedInput), Output: read("output", &p.Output)}
 		}
 
 		if len(fm.Backends) == 0 {
 			fail(at+".backends", "at least one backend is required")
 		}
-		for j, fb := range fm.Backends {
-			bat := fmt.Sprintf("%s.backends[%d]", at, j)
-			b := Backend{
-				Name:            fb.Name,
-				Model:           fb.Model,
-				Server:          ServerVLLM,
-				ContinuousUsage: fb.ContinuousUsage,
-				CachedTokens:    fb.CachedTokens,
-				APIKeyEnv:       fb.APIKeyEnv,
+		for j := range m.Backends {
+			b, bat := &m.Backends[j], fmt.Sprintf("%s.backends[%d]", at, j)
+			if b.Server == "" {
+				b.Server = ServerVLLM
+			} else if !slices.Contains(Servers, b.Server) {
+				fail(bat+".server", "%q is not one of vllm, sglang", b.Server)
 			}
-			if fb.Server != "" {
-				if !slices.Contains(Servers, Server(fb.Server)) {
-					fail(bat+".server", "%q is not one of vllm, sglang", fb.Server)
-				}
-				b.Server = Server(fb.Server)
-			}
-			if err := unique(fb.Name, bat, backendAt); err != nil {
+			if err := unique(b.Name, bat, backendAt); err != nil {
 				fail(bat+".name", "%v", err)
 			}
-			u, err := baseURL(fb.URL)
+			u, err := baseURL(b.URL)
 			if err != nil {
 				fail(bat+".url", "%v", err)
 			}
@@ -237,7 +195,6 @@ func (f *fileCatalog) build() (*Catalog, error) {
 			if b.APIKeyEnv != "" && !envVarPattern.MatchString(b.APIKeyEnv) {
 				fail(bat+".api_key_env", "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", b.APIKeyEnv)
 			}
-			m.Backends = append(m.Backends, b)
 		}
 
 		c.Models = append(c.Models, m)

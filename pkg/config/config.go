@@ -3,6 +3,7 @@
 package config
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -57,12 +58,7 @@ const BackendSecretEnv = "KILN_BACKEND_API_KEY"
 // Load reads the configuration through getenv (os.Getenv in main, a map in tests).
 func Load(getenv func(string) string) (Config, error) {
 	var errs []error
-	str := func(name, def string) string {
-		if v := getenv(name); v != "" {
-			return v
-		}
-		return def
-	}
+	str := func(name, def string) string { return cmp.Or(getenv(name), def) }
 	dur := func(name string, def time.Duration) time.Duration {
 		v := getenv(name)
 		if v == "" {

@@ -67,10 +67,6 @@ type keyEntry struct {
 // maxCachedKeys bounds the cache; past it, the cache starts over.
 const maxCachedKeys = 100_000
 
-func newKeyCache(s store.Gateway, ttl time.Duration) *keyCache {
-	return &keyCache{store: s, ttl: ttl, entries: make(map[[32]byte]keyEntry)}
-}
-
 func (c *keyCache) get(ctx context.Context, hash [32]byte, now time.Time) (store.Principal, error) {
 	c.mu.RLock()
 	e, ok := c.entries[hash]

@@ -1,13 +1,9 @@
 package gateway
 
 import (
-	"errors"
 	"io"
 	"net/http"
-	"os"
 	"time"
-
-	"github.com/neocloud/kiln/pkg/openai"
 )
 
 // bodyReader reads a request body with no gap between bytes longer than every (contract section
@@ -21,14 +17,6 @@ type bodyReader struct {
 	w     http.ResponseWriter // nil once it is known to have no deadlines
 	every time.Duration
 	set   bool // a deadline is set on the connection
-}
-
-func newBodyReader(w http.ResponseWriter, body io.ReadCloser, every time.Duration) *bodyReader {
-	r := &bodyReader{body: body, every: every}
-	if every > 0 {
-		r.w = w
-	}
-	return r
 }
 
 func (r *bodyReader) Read(p []byte) (int, error) {
@@ -65,16 +53,3 @@ func (x *exchange) abortIfGone() {
 
 // statusClientGone is the status recorded when the client left before any was sent (nginx's 499).
 const statusClientGone = 499
-
-// isTimeout reports a read that ended at its deadline.
-func isTimeout(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }
-
-// errRequestTimeout is the 408 of a body that stalled; the connection is closed after it, as the
-// rest of the body may still be on its way.
-func errRequestTimeout(every time.Duration) *apiError {
-	return &apiError{status: http.StatusRequestTimeout, close: true, body: openai.Error{
-		Message: "The request body did not arrive in time: nothing of it came for " + every.String() + ". Send the whole body without pausing.",
-		Type:    openai.TypeInvalidRequest,
-		Code:    "request_timeout",
-	}}
-}

@@ -101,15 +101,15 @@ func invalid(param, code, format string, args ...any) *apiError {
 }
 
 func errMaintenance(until time.Time) *apiError {
-	return &apiError{
-		status: http.StatusServiceUnavailable,
-		body: openai.Error{
-			Message: "The service is in maintenance until " + until.UTC().Format(time.RFC3339) + ". Retry after that time.",
-			Type:    openai.TypeServiceUnavailable,
-			Code:    "maintenance",
-		},
-		retryAfter: until,
-	}
+	return &apiError{status: http.StatusServiceUnavailable, retryAfter: until, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "maintenance",
+		Message: "The service is in maintenance until " + until.UTC().Format(time.RFC3339) + ". Retry after that time."}}
+}
+
+// errRequestTimeout is the 408 of a body that stalled; the connection is closed after it, as the
+// rest of the body may still be on its way.
+func errRequestTimeout(every time.Duration) *apiError {
+	return &apiError{status: http.StatusRequestTimeout, close: true, body: openai.Error{Type: openai.TypeInvalidRequest, Code: "request_timeout",
+		Message: "The request body did not arrive in time: nothing of it came for " + every.String() + ". Send the whole body without pausing."}}
 }
 
 func errTooLarge(limit int64) *apiError {
@@ -176,12 +176,8 @@ func errRateLimited(limit int) *apiError {
 // errModelNotFound quotes at most quoteLen bytes of the id: a client's id may be of any length up
 // to the body limit, and a catalog id is at most catalog.MaxIDLen.
 func errModelNotFound(id string) *apiError {
-	return &apiError{status: http.StatusNotFound, body: openai.Error{
-		Message: "The model `" + clip(id, quoteLen) + "` does not exist or you do not have access to it.",
-		Type:    openai.TypeInvalidRequest,
-		Param:   "model",
-		Code:    "model_not_found",
-	}}
+	return &apiError{status: http.StatusNotFound, body: openai.Error{Type: openai.TypeInvalidRequest, Param: "model", Code: "model_not_found",
+		Message: "The model `" + clip(id, quoteLen) + "` does not exist or you do not have access to it."}}
 }
 
 func errNotFound(msg, code string) *apiError {
@@ -208,11 +204,6 @@ func errDeadline(tooShort bool) *apiError {
 	}
 	return &apiError{status: http.StatusServiceUnavailable, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "deadline_exceeded",
 		Message: msg}}
-}
-
-// upstreamInvalid is a model server's own 400: its message, in our shape, with no code.
-func upstreamInvalid(msg string) *apiError {
-	return &apiError{status: http.StatusBadRequest, body: openai.Error{Message: msg, Type: openai.TypeInvalidRequest}}
 }
 
 // quoteLen is how much of a client's string, in bytes, an error message quotes (contract section
@@ -345,34 +336,23 @@ func messagePrefix(raw []byte) (string, bool) {
 	if i < 0 {
 		return "", false
 	}
-	rest := bytes.TrimLeft(raw[i+len(`"message"`):], " \t\r\n")
-	if len(rest) == 0 || rest[0] != ':' {
+	rest, colon := bytes.CutPrefix(bytes.TrimLeft(raw[i+len(`"message"`):], " \t\r\n"), []byte(":"))
+	rest = bytes.TrimLeft(rest, " \t\r\n")
+	if !colon || len(rest) == 0 || rest[0] != '"' {
 		return "", false
 	}
-	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
-	if len(rest) == 0 || rest[0] != '"' {
-		return "", false
+	if v, err := jsontext.NewDecoder(bytes.NewReader(rest)).ReadValue(); err == nil {
+		m, ok := openai.String(v) // the whole string arrived
+		return m, ok && m != ""
 	}
-	// The string up to its closing quote, or as much of it as arrived, cut before an escape that
-	// did not arrive whole.
-	end := 1
-	for end < len(rest) && rest[end] != '"' {
-		if rest[end] == '\\' {
-			end++
+	// The string closed where it was cut, less an escape (or a character) that did not arrive
+	// whole: at most six bytes, as in \u00e9.
+	for cut := len(rest); cut > max(1, len(rest)-6); cut-- {
+		if m, ok := openai.String(append(rest[:cut:cut], '"')); ok {
+			return m, m != ""
 		}
-		end++
 	}
-	if end >= len(rest) {
-		s := rest[:min(end, len(rest))]
-		if k := bytes.LastIndexByte(s, '\\'); k > len(s)-6 && k > 0 {
-			s = s[:k]
-		}
-		rest = append(append([]byte(nil), s...), '"')
-	} else {
-		rest = rest[:end+1]
-	}
-	m, ok := openai.String(rest)
-	return m, ok && m != ""
+	return "", false
 }
 
 // maxBackendMessage bounds the part of a backend's message a client sees.

@@ -104,7 +104,7 @@ func New(opt Options) (*Gateway, error) {
 	g := &Gateway{
 		opt:       opt,
 		log:       log,
-		keys:      newKeyCache(opt.Store, opt.CacheTTL),
+		keys:      &keyCache{store: opt.Store, ttl: opt.CacheTTL, entries: make(map[[32]byte]keyEntry)},
 		maint:     &maintenanceCache{store: opt.Store, ttl: opt.CacheTTL},
 		admitting: make(chan struct{}, maxAdmitting),
 	}

@@ -708,8 +708,6 @@ func (c *counter) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.next(w, r)
 }
 
-func ptr[T any](v T) *T { return &v }
-
 func deref(s *string) string {
 	if s == nil {
 		return "<null>"

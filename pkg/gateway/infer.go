@@ -11,6 +11,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/neocloud/kiln/pkg/openai"
 	"github.com/neocloud/kiln/pkg/upstream"
 	"github.com/neocloud/kiln/pkg/usage"
 )
@@ -87,8 +88,12 @@ func (x *exchange) fail(err error) {
 // or has left.
 func (x *exchange) forward(ctx context.Context) error {
 	x.event.Status = usage.StatusUpstreamError
-	ctx, cancel := x.backendContext(ctx)
-	defer cancel()
+	if dl, ok := ctx.Deadline(); ok {
+		// On Lambda the request has a deadline: the call stops early enough to settle before it.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, dl.Add(-x.g.opt.SettleReserve))
+		defer cancel()
+	}
 	resp, err := x.g.opt.Upstream.Do(ctx, upstream.Call{Model: x.req.model, Path: x.ep.path, Body: x.req.forward, OrgID: x.admitted.OrgID})
 	if x.req.stream {
 		x.meter.n, x.meter.prompts = x.req.choices()
@@ -106,15 +111,6 @@ func (x *exchange) forward(ctx context.Context) error {
 		x.respond(ctx, resp)
 	}
 	return nil
-}
-
-// backendContext is the context of the backend call. On Lambda the request has a deadline; the
-// call stops early enough to settle before it.
-func (x *exchange) backendContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if dl, ok := ctx.Deadline(); ok {
-		return context.WithDeadline(ctx, dl.Add(-x.g.opt.SettleReserve))
-	}
-	return ctx, func() {}
 }
 
 // unanswered is the error of a backend call that got no response headers; nil for a client
@@ -143,6 +139,21 @@ func (x *exchange) unanswered(ctx context.Context, err error) error {
 	}
 	x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend request failed", slog.String("generation_id", x.admitted.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
 	return errBackendUnreachable
+}
+
+// deadlineError is the error of a backend call that the request's own deadline (ctx is the
+// backend context: the deadline less the settle reserve, see forward) ended before
+// anything reached the client: 503 deadline_exceeded, and the usage event says so; nil when the
+// deadline did not end it. A deadline that had passed before the request started (shorter than
+// the reserve) means the backend was never called, and the message says that. A client that
+// left is not a deadline.
+func (x *exchange) deadlineError(ctx context.Context) error {
+	if !errors.Is(ctx.Err(), context.DeadlineExceeded) || x.requestCtxDone() {
+		return nil
+	}
+	dl, _ := ctx.Deadline()
+	x.event.Status = usage.StatusDeadlineExceeded
+	return errDeadline(!dl.After(x.admitted.StartedAt))
 }
 
 // answered records which backend answered, and returns the error to answer with when its status
@@ -197,9 +208,7 @@ func (x *exchange) refused(ctx context.Context, resp *upstream.Response, be back
 // included): a 400 with the backend's message, cleaned, its param and no code.
 func (x *exchange) refusal(resp *upstream.Response, be backendError) *apiError {
 	msg, _ := x.backendMessage(resp, be.message)
-	e := upstreamInvalid(msg)
-	e.body.Param = clip(be.param, 64)
-	return e
+	return &apiError{status: http.StatusBadRequest, body: openai.Error{Message: msg, Type: openai.TypeInvalidRequest, Param: clip(be.param, quoteLen)}}
 }
 
 // backendMessage cleans a backend's message for the client (and for the log) of this exchange:

@@ -12,26 +12,21 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/neocloud/kiln/pkg/catalog"
+	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
 type modelJSON struct {
-	ID                string      `json:"id"`
-	Object            string      `json:"object"`
-	Created           int64       `json:"created"`
-	OwnedBy           string      `json:"owned_by"`
-	ContextLength     int         `json:"context_length"`
-	InputModalities   []string    `json:"input_modalities"`
-	ParallelToolCalls bool        `json:"parallel_tool_calls"`
-	ForcedToolChoice  bool        `json:"forced_tool_choice"`
-	Pricing           pricingJSON `json:"pricing"`
-}
-
-type pricingJSON struct {
-	Input       string `json:"input"`
-	CachedInput string `json:"cached_input"`
-	Output      string `json:"output"`
+	ID                string       `json:"id"`
+	Object            string       `json:"object"`
+	Created           int64        `json:"created"`
+	OwnedBy           string       `json:"owned_by"`
+	ContextLength     int          `json:"context_length"`
+	InputModalities   []string     `json:"input_modalities"`
+	ParallelToolCalls bool         `json:"parallel_tool_calls"`
+	ForcedToolChoice  bool         `json:"forced_tool_choice"`
+	Pricing           money.Prices `json:"pricing"` // decimal strings
 }
 
 // renderModels renders /v1/models and each /v1/models/{id} once: the catalog does not change
@@ -52,8 +47,7 @@ func renderModels(c *catalog.Catalog) ([]byte, map[string][]byte) {
 			InputModalities:   m.InputModalities,
 			ParallelToolCalls: m.ParallelToolCalls,
 			ForcedToolChoice:  m.ForcedToolChoice,
-			// Prices are USD per million tokens, as decimal strings.
-			Pricing: pricingJSON{Input: m.Pricing.Input.String(), CachedInput: m.Pricing.CachedInput.String(), Output: m.Pricing.Output.String()},
+			Pricing:           m.Pricing,
 		}
 		list.Data = append(list.Data, mj)
 		b, _ := json.Marshal(mj)

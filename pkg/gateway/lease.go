@@ -42,7 +42,7 @@ func (s *slot) stop() store.Lease {
 
 // renewLeases renews the exchange's lease every third of its TTL until settlement, so that a
 // long stream keeps its slot and a crashed one loses it, and arms the fence: should the lease go
-// unrenewed until fenceMargin before it expires (the store stalled, or the lease was lost), the
+// unrenewed until the fence margin before it expires (fenceIn) (the store stalled, or the lease was lost), the
 // request's backend call is cancelled with causeSlotLost and the request stops being served. The
 // timers, on the gateway's clock, are created under the slot's mu, which every renewal and the
 // fence take before they touch them, and neither re-arms once the exchange is settled: nothing
@@ -56,15 +56,13 @@ func (g *Gateway) renewLeases(x *exchange) {
 	s.fence = g.opt.Clock.AfterFunc(g.fenceIn(s.lease), func() { g.checkFence(s) })
 }
 
-// fenceIn is how long from now a request holding lease may be served without a renewal.
+// fenceIn is how long from now a request holding lease may be served without a renewal: until
+// the fence margin before it expires, a sixth of the lease (10 s of the default 60 s), so that
+// renewals every third of it have two tries left, and the gateways' clocks, which expiry is
+// measured by, may disagree by less than that.
 func (g *Gateway) fenceIn(lease store.Lease) time.Duration {
-	return max(lease.Expires.Sub(g.opt.Clock.Now())-g.fenceMargin(), 0)
+	return max(lease.Expires.Sub(g.opt.Clock.Now())-g.opt.LeaseTTL/6, 0)
 }
-
-// fenceMargin is how long before its lease expires a request stops being served: a sixth of the
-// lease (10 s of the default 60 s), so that renewals every third of it have two tries left, and
-// the gateways' clocks, which expiry is measured by, may disagree by less than that.
-func (g *Gateway) fenceMargin() time.Duration { return g.opt.LeaseTTL / 6 }
 
 func (g *Gateway) checkFence(s *slot) {
 	s.mu.Lock()

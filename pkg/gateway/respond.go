@@ -73,8 +73,9 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 			x.meter.chunks = int64(len(f.Value(raw))+3) / 4 // no usage at all: estimate from the text's size
 		}
 	}
-	if e, ok := x.renameModel(resp); ok {
-		edits = append(edits, e)
+	if resp.Backend.Model != x.req.model.ID {
+		// The public model id goes back where the backend named its own.
+		edits = append(edits, openai.Edit{Key: "model", Value: []byte(strconv.Quote(x.req.model.ID))})
 	}
 	out.Grow(len(raw) + 48)
 	answer := openai.Rewrite(out.AvailableBuffer(), raw, fields, edits...)
@@ -124,14 +125,6 @@ func (x *exchange) badBackendBody(ctx context.Context, reason string, err error)
 	x.g.log.LogAttrs(ctx, slog.LevelWarn, "bad backend answer", slog.String("generation_id", x.admitted.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
 	x.event.Status = usage.StatusUpstreamError
 	x.fail(errBadGateway(reason))
-}
-
-// renameModel returns the edit that puts the public model id back where the backend named its own.
-func (x *exchange) renameModel(resp *upstream.Response) (openai.Edit, bool) {
-	if resp.Backend.Model == x.req.model.ID {
-		return openai.Edit{}, false
-	}
-	return openai.Edit{Key: "model", Value: []byte(strconv.Quote(x.req.model.ID))}, true
 }
 
 // firstFinishReason reads choices[0].finish_reason, "" when absent or null.

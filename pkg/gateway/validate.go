@@ -37,7 +37,8 @@ type request struct {
 
 // check runs the endpoint checks of contract section 2, step 7. modelID is returned even when
 // the check fails later, so that the usage event can name the model; an id longer than any in
-// the catalog is returned as recordedModel makes it, bounded.
+// the catalog is returned cut to quoteLen bytes and "…", so that the record stays small and is
+// never mistaken for a model's.
 //
 // The body is parsed once by ParseRequest, which refuses a member name written twice in any
 // object at any depth, and its members and messages are then read from what that pass found
@@ -60,7 +61,7 @@ func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string,
 	modelID, isString := openai.String(in.Model)
 	if len(modelID) > catalog.MaxIDLen {
 		// Never a model, and too long to record or quote: the event and the message get a prefix.
-		return req, recordedModel(modelID), errModelNotFound(modelID)
+		return req, clip(modelID, quoteLen), errModelNotFound(modelID)
 	}
 	if in.Stream != nil {
 		req.hasStream = true
@@ -261,11 +262,7 @@ func (req *request) forward(b catalog.Backend) []byte {
 		edits = append(edits, openai.Edit{Key: "model", Value: []byte(strconv.Quote(b.Model))})
 	}
 	if req.hasStream {
-		v := []byte("false")
-		if req.stream {
-			v = []byte("true")
-		}
-		edits = append(edits, openai.Edit{Key: "stream", Value: v})
+		edits = append(edits, openai.Edit{Key: "stream", Value: strconv.AppendBool(nil, req.stream)})
 	}
 	if req.stream {
 		opts := []openai.Edit{{Key: "include_usage", Value: []byte("true")}}
@@ -325,7 +322,3 @@ func nestedInvalid(at string, err error) *apiError {
 	}
 	return invalid(at, "", "Invalid JSON body: '%s' could not be parsed (%v).", at, err)
 }
-
-// recordedModel is what the usage event records of a model id longer than any catalog id: its
-// first bytes and "…", so that the record stays small and is never mistaken for a model's.
-func recordedModel(id string) string { return clip(id, quoteLen) }

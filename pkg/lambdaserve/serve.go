@@ -72,7 +72,7 @@ func (s *Handler) Invoke(ctx context.Context, payload json.RawMessage) (io.Reade
 			return nil, err
 		}
 		resp := &events.LambdaFunctionURLStreamingResponse{StatusCode: head.status, Body: body}
-		resp.Headers, resp.Cookies = singleHeaders(head.header)
+		resp.Headers, _, resp.Cookies = preludeHeaders(head.header, true)
 		return resp, nil
 	case probe.HTTPMethod != "":
 		var ev events.APIGatewayProxyRequest
@@ -87,7 +87,7 @@ func (s *Handler) Invoke(ctx context.Context, payload json.RawMessage) (io.Reade
 		// Returned by pointer: a value would be marshalled to JSON instead of streamed, and the
 		// status has no default here (a zero status is left out of the prelude).
 		resp := &events.APIGatewayProxyStreamingResponse{StatusCode: head.status, Body: body}
-		resp.Headers, resp.MultiValueHeaders, resp.Cookies = restHeaders(head.header)
+		resp.Headers, resp.MultiValueHeaders, resp.Cookies = preludeHeaders(head.header, false)
 		return resp, nil
 	}
 	return nil, ErrUnknownEvent
@@ -184,26 +184,10 @@ func (w *responseWriter) FlushError() error { return nil }
 // not used.
 var framingHeaders = map[string]bool{"Content-Length": true, "Transfer-Encoding": true, "Connection": true}
 
-// singleHeaders folds a header into the function URL prelude's one value per name (joined with
-// ", " as HTTP allows) and its cookies.
-func singleHeaders(h http.Header) (map[string]string, []string) {
-	out := make(map[string]string, len(h))
-	var cookies []string
-	for k, v := range h {
-		switch {
-		case framingHeaders[k]:
-		case k == "Set-Cookie":
-			cookies = v
-		default:
-			out[k] = strings.Join(v, ", ")
-		}
-	}
-	return out, cookies
-}
-
-// restHeaders splits a header into the REST API prelude's single and multi-valued maps and its
-// cookies.
-func restHeaders(h http.Header) (map[string]string, map[string][]string, []string) {
+// preludeHeaders splits a header into the prelude's one value per name, its multi-valued
+// headers (the REST API's multiValueHeaders) and its cookies. With join, for a function URL,
+// whose prelude has one value per name, several values are joined with ", " as HTTP allows.
+func preludeHeaders(h http.Header, join bool) (map[string]string, map[string][]string, []string) {
 	single := make(map[string]string, len(h))
 	var multi map[string][]string
 	var cookies []string
@@ -212,8 +196,8 @@ func restHeaders(h http.Header) (map[string]string, map[string][]string, []strin
 		case framingHeaders[k]:
 		case k == "Set-Cookie":
 			cookies = v
-		case len(v) == 1:
-			single[k] = v[0]
+		case len(v) == 1 || join:
+			single[k] = strings.Join(v, ", ")
 		default:
 			if multi == nil {
 				multi = map[string][]string{}

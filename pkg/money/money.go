@@ -38,14 +38,13 @@ var ErrOverflow = errors.New("amount out of range")
 // Exponents, spaces, a leading '+', empty parts ("1.", ".5") and more than 12 decimal places are
 // rejected, so that what an operator typed is what is stored.
 func Parse(s string) (Amount, error) {
-	a, _, err := parse(s, Scale)
-	return a, err
+	return parse(s, Scale)
 }
 
 // ParsePrice reads a price in USD per million tokens ("0.035"). It accepts at most
 // MaxPriceDecimals decimal places and no negative values.
 func ParsePrice(s string) (Amount, error) {
-	a, _, err := parse(s, MaxPriceDecimals)
+	a, err := parse(s, MaxPriceDecimals)
 	if err != nil {
 		return 0, err
 	}
@@ -55,35 +54,35 @@ func ParsePrice(s string) (Amount, error) {
 	return a, nil
 }
 
-func parse(s string, maxDecimals int) (Amount, int, error) {
+func parse(s string, maxDecimals int) (Amount, error) {
 	orig := s
 	if s == "" {
-		return 0, 0, fmt.Errorf("amount %q: empty", orig)
+		return 0, fmt.Errorf("amount %q: empty", orig)
 	}
 	s, neg := strings.CutPrefix(s, "-")
 	intPart, frac, point := strings.Cut(s, ".")
 	if point && frac == "" {
-		return 0, 0, fmt.Errorf("amount %q: no digits after the decimal point", orig)
+		return 0, fmt.Errorf("amount %q: no digits after the decimal point", orig)
 	}
 	if intPart == "" {
-		return 0, 0, fmt.Errorf("amount %q: no digits before the decimal point", orig)
+		return 0, fmt.Errorf("amount %q: no digits before the decimal point", orig)
 	}
 	if !allDigits(intPart) || !allDigits(frac) {
-		return 0, 0, fmt.Errorf("amount %q: not a plain decimal number", orig)
+		return 0, fmt.Errorf("amount %q: not a plain decimal number", orig)
 	}
 	if len(frac) > maxDecimals {
-		return 0, 0, fmt.Errorf("amount %q: more than %d decimal places", orig, maxDecimals)
+		return 0, fmt.Errorf("amount %q: more than %d decimal places", orig, maxDecimals)
 	}
 	// The digits, padded to Scale decimal places, are the picodollars.
 	v, err := strconv.ParseUint(intPart+frac+strings.Repeat("0", Scale-len(frac)), 10, 64)
 	if err != nil || v > math.MaxInt64 {
-		return 0, 0, fmt.Errorf("amount %q: %w", orig, ErrOverflow)
+		return 0, fmt.Errorf("amount %q: %w", orig, ErrOverflow)
 	}
 	a := Amount(v)
 	if neg {
 		a = -a
 	}
-	return a, len(frac), nil
+	return a, nil
 }
 
 func allDigits(s string) bool {
@@ -170,11 +169,11 @@ func (a Amount) Add(b Amount) (Amount, error) {
 	return s, nil
 }
 
-// Prices are a model's prices in USD per million tokens.
+// Prices are a model's prices in USD per million tokens; in JSON, as /v1/models shows them.
 type Prices struct {
-	Input       Amount // uncached prompt tokens
-	CachedInput Amount // prompt tokens served from the prefix cache
-	Output      Amount // completion tokens, reasoning included
+	Input       Amount `json:"input"`        // uncached prompt tokens
+	CachedInput Amount `json:"cached_input"` // prompt tokens served from the prefix cache
+	Output      Amount `json:"output"`       // completion tokens, reasoning included
 }
 
 // Cost returns the exact price of a request:

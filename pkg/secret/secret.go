@@ -154,9 +154,6 @@ func (s *Source) Refused() {
 	}
 }
 
-// Wait waits for a background re-read in progress.
-func (s *Source) Wait() { s.wg.Wait() }
-
 // refreshLocked starts a re-read unless one is running, and reports whether it did.
 func (s *Source) refreshLocked(why string) bool {
 	if s.refreshing {

@@ -17,24 +17,21 @@ func writeRequestError(w http.ResponseWriter, s Software, err error) {
 	if !ok {
 		re = &requestError{status: http.StatusBadRequest, message: err.Error()}
 	}
-	writeBody(w, re.status, s.errorBody(re))
+	writeBody(w, re.status, "application/json", s.errorBody(re))
 }
 
 // writePlain answers like vLLM's server does when a request fails inside the engine: a bare
 // status line text, no JSON.
 func writePlain(w http.ResponseWriter, status int, body string) {
-	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	_, _ = w.Write([]byte(body))
+	writeBody(w, status, "text/plain; charset=utf-8", []byte(body))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	writeBody(w, status, marshal(v))
+	writeBody(w, status, "application/json", marshal(v))
 }
 
-func writeBody(w http.ResponseWriter, status int, body []byte) {
-	w.Header().Set("Content-Type", "application/json")
+func writeBody(w http.ResponseWriter, status int, contentType string, body []byte) {
+	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
 	_, _ = w.Write(body)

@@ -50,12 +50,6 @@ func checkErrorObject(t *testing.T, sw Software, v map[string]any, status int, t
 	}
 }
 
-// checkVLLMError asserts vLLM's error body with a null param.
-func checkVLLMError(t *testing.T, resp *http.Response, status int, typ, message string) {
-	t.Helper()
-	checkError(t, VLLM, resp, status, typ, message, "")
-}
-
 func TestErrors(t *testing.T) {
 	for _, sw := range []Software{VLLM, SGLang} {
 		t.Run(string(sw), func(t *testing.T) { testErrors(t, sw) })

@@ -21,10 +21,9 @@ const argumentPiece = 5
 type answer struct {
 	count     int
 	reasoning int
-	finish    string   // "" when the stream ends with an error event instead
-	toolName  string   // "" unless the answer is a tool call
-	toolID    string   // "call_..."
-	fragments []string // the tool call's arguments, in pieces
+	finish    string // "" when the stream ends with an error event instead
+	toolName  string // "" unless the answer is a tool call
+	toolID    string // "call_..."
 }
 
 func newAnswer(req *request, seq int64) answer {
@@ -34,18 +33,11 @@ func newAnswer(req *request, seq int64) answer {
 		return answer{count: max(0, d.tokens)}
 	}
 	if name := d.toolCall; name != "" {
-		var fragments []string
-		for rest := toolArguments; rest != ""; {
-			n := min(argumentPiece, len(rest))
-			fragments = append(fragments, rest[:n])
-			rest = rest[n:]
-		}
 		return answer{
-			count:     len(fragments),
-			finish:    "tool_calls",
-			toolName:  name,
-			toolID:    fmt.Sprintf("call_%024x", seq),
-			fragments: fragments,
+			count:    (len(toolArguments) + argumentPiece - 1) / argumentPiece,
+			finish:   "tool_calls",
+			toolName: name,
+			toolID:   fmt.Sprintf("call_%024x", seq),
 		}
 	}
 	var a answer
@@ -74,7 +66,7 @@ func newAnswer(req *request, seq int64) answer {
 // "tok0", " tok1", " tok2", ...; for a tool call, the i-th fragment of its arguments.
 func (a answer) piece(i int) string {
 	if a.toolName != "" {
-		return a.fragments[i]
+		return toolArguments[i*argumentPiece : min((i+1)*argumentPiece, len(toolArguments))]
 	}
 	word, j := "tok", i-a.reasoning
 	if i < a.reasoning {
@@ -170,8 +162,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request, seq
 		return
 	}
 	if d.dropAfter >= 0 {
-		// Closes the connection without a response: net/http's documented way to abort.
-		panic(http.ErrAbortHandler)
+		abort() // before any byte of the response
 	}
 	if sleep(ctx, d.delay*time.Duration(g.answer.count)) != nil {
 		return
@@ -248,10 +239,7 @@ func (g *generation) response() any {
 		for i := range choices {
 			choices[i] = textChoice{Index: i, Text: a.text(), FinishReason: &a.finish}
 		}
-		return &textCompletion{
-			ID: g.id, Object: "text_completion", Created: g.created, Model: g.req.model.Name,
-			Choices: choices, Usage: u,
-		}
+		return envelope(g, "text_completion", choices, u)
 	}
 	choices := make([]chatChoice, g.choices)
 	for i := range choices {
@@ -276,10 +264,7 @@ func (g *generation) response() any {
 		}
 		choices[i] = chatChoice{Index: i, Message: msg, FinishReason: &a.finish}
 	}
-	return &chatCompletion{
-		ID: g.id, Object: "chat.completion", Created: g.created, Model: g.req.model.Name,
-		Choices: choices, Usage: u,
-	}
+	return envelope(g, "chat.completion", choices, u)
 }
 
 // separateFinish reports whether the finish reason comes in a chunk of its own, after the last
@@ -434,25 +419,22 @@ func (g *generation) finishChunk(i int) any {
 func (g *generation) usageChunk() any {
 	u := g.usage()
 	if g.req.endpoint == endpointCompletions {
-		return g.wrapText(&textCompletion{ID: g.id, Object: "text_completion", Created: g.created, Model: g.req.model.Name, Choices: []textChoice{}, Usage: u})
+		return g.wrapText(envelope(g, "text_completion", []textChoice{}, u))
 	}
-	return g.wrapChat(&chatCompletion{ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.req.model.Name, Choices: []chatChoice{}, Usage: u})
+	return g.wrapChat(envelope(g, "chat.completion.chunk", []chatChoice{}, u))
 }
 
 func (g *generation) chatChunk(i int, delta *chatDelta, finish *string, u *usage) any {
-	return g.wrapChat(&chatCompletion{
-		ID: g.id, Object: "chat.completion.chunk", Created: g.created, Model: g.req.model.Name,
-		Choices: []chatChoice{{Index: i, Delta: delta, FinishReason: finish}},
-		Usage:   u,
-	})
+	return g.wrapChat(envelope(g, "chat.completion.chunk", []chatChoice{{Index: i, Delta: delta, FinishReason: finish}}, u))
 }
 
 func (g *generation) textChunk(i int, text string, finish *string, u *usage) any {
-	return g.wrapText(&textCompletion{
-		ID: g.id, Object: "text_completion", Created: g.created, Model: g.req.model.Name,
-		Choices: []textChoice{{Index: i, Text: text, FinishReason: finish}},
-		Usage:   u,
-	})
+	return g.wrapText(envelope(g, "text_completion", []textChoice{{Index: i, Text: text, FinishReason: finish}}, u))
+}
+
+// envelope is a response or chunk of g with choices and usage u.
+func envelope[C any](g *generation, object string, choices []C, u *usage) *completion[C] {
+	return &completion[C]{ID: g.id, Object: object, Created: g.created, Model: g.req.model.Name, Choices: choices, Usage: u}
 }
 
 // wrapChat and wrapText give SGLang's chunks their explicit nulls: pydantic's model_dump_json
@@ -468,11 +450,9 @@ func (g *generation) wrapChat(c *chatCompletion) any {
 			Role: nullable(d.Role), Content: d.Content, ReasoningContent: d.ReasoningContent, ToolCalls: d.ToolCalls,
 		}}
 	}
-	var u *sglangUsage
-	if c.Usage != nil {
-		u = &sglangUsage{PromptTokens: c.Usage.PromptTokens, TotalTokens: c.Usage.TotalTokens, CompletionTokens: c.Usage.CompletionTokens, PromptTokensDetails: c.Usage.PromptTokensDetails}
-	}
-	return &sglangChatChunk{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: u}
+	// The same usage, as SGLang writes it: a conversion, the two types differ only in their tags.
+	u := (*sglangUsage)(c.Usage)
+	return &sglangChunk[sglangChatChoice, sglangUsage]{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: u}
 }
 
 // wrapText gives SGLang's completion chunks "usage": null and "matched_stop": null; its final
@@ -485,7 +465,7 @@ func (g *generation) wrapText(c *textCompletion) any {
 	for i, ch := range c.Choices {
 		choices[i] = sglangTextChoice{textChoice: ch}
 	}
-	return &sglangTextChunk{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: c.Usage}
+	return &sglangChunk[sglangTextChoice, usage]{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: c.Usage}
 }
 
 func nullable(s string) *string {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // Software is the model server a simulated model behaves like.
@@ -69,12 +70,7 @@ func errorType(status int) string {
 	case http.StatusInternalServerError:
 		return "InternalServerError"
 	}
-	name := ""
-	for _, r := range http.StatusText(status) {
-		if r != ' ' && r != '-' {
-			name += string(r)
-		}
-	}
+	name := strings.NewReplacer(" ", "", "-", "").Replace(http.StatusText(status))
 	if name == "" {
 		name = "HTTP" + strconv.Itoa(status)
 	}
@@ -85,51 +81,29 @@ func errorType(status int) string {
 // (vLLM PR #22099): {"error":{"message","type","param","code"}}, code the status as a number.
 // SGLang sends the flat {"object":"error","message","type","param","code"}.
 func (s Software) errorBody(e *requestError) []byte {
-	info := errorInfo{Message: s.text(e), Type: errorType(e.status), Param: param(e.param), Code: e.status}
 	if s == SGLang {
-		return marshal(flatError{Object: "error", errorInfo: info}) // s.text is the bare message on SGLang
+		return s.errorJSON(`{"object":"error","message":%s,"type":%s,"param":%s,"code":%d}`, e, e.param)
 	}
-	return marshal(nestedError{Error: info})
+	return s.errorJSON(`{"error":{"message":%s,"type":%s,"param":%s,"code":%d}}`, e, e.param)
 }
 
 // streamErrorEvent is the data of the error event a stream ends with (then [DONE]): the same
 // object inside {"error": ...}, written by Python's json.dumps, whose separators have spaces.
 // SGLang's streaming error never names a param.
 func (s Software) streamErrorEvent(e *requestError) []byte {
-	msg := marshal(s.text(e))
-	typ := marshal(errorType(e.status))
 	if s == SGLang {
-		return fmt.Appendf(nil, `{"error": {"object": "error", "message": %s, "type": %s, "param": null, "code": %d}}`, msg, typ, e.status)
+		return s.errorJSON(`{"error": {"object": "error", "message": %s, "type": %s, "param": %s, "code": %d}}`, e, "")
 	}
+	return s.errorJSON(`{"error": {"message": %s, "type": %s, "param": %s, "code": %d}}`, e, e.param)
+}
+
+// errorJSON fills format with e's message (as s writes it), type, param (null when "") and code.
+func (s Software) errorJSON(format string, e *requestError, param string) []byte {
 	p := []byte("null")
-	if e.param != "" {
-		p = marshal(e.param)
+	if param != "" {
+		p = marshal(param)
 	}
-	return fmt.Appendf(nil, `{"error": {"message": %s, "type": %s, "param": %s, "code": %d}}`, msg, typ, p, e.status)
-}
-
-type nestedError struct {
-	Error errorInfo `json:"error"`
-}
-
-type errorInfo struct {
-	Message string  `json:"message"`
-	Type    string  `json:"type"`
-	Param   *string `json:"param"`
-	Code    int     `json:"code"`
-}
-
-// flatError is SGLang's error body: errorInfo's fields after "object".
-type flatError struct {
-	Object string `json:"object"`
-	errorInfo
-}
-
-func param(p string) *string {
-	if p == "" {
-		return nil
-	}
-	return &p
+	return fmt.Appendf(nil, format, marshal(s.text(e)), marshal(errorType(e.status)), p, e.status)
 }
 
 // checkContext applies the server's context-length rules to each prompt of a request, and sets

@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"cmp"
 	"net/http"
 	"sync/atomic"
 	"time"
@@ -42,17 +43,12 @@ const maxBody = 16 << 20
 
 // New returns a Server for cfg. When two models share a name, the last one wins.
 func New(cfg Config) *Server {
-	s := &Server{server: cfg.Server, models: make(map[string]Model, len(cfg.Models)), now: cfg.Now}
+	s := &Server{server: cmp.Or(cfg.Server, VLLM), models: make(map[string]Model, len(cfg.Models)), now: cfg.Now}
 	if s.now == nil {
 		s.now = time.Now
 	}
-	if s.server == "" {
-		s.server = VLLM
-	}
 	for _, m := range cfg.Models {
-		if m.Server == "" {
-			m.Server = VLLM
-		}
+		m.Server = cmp.Or(m.Server, VLLM)
 		if _, dup := s.models[m.Name]; !dup {
 			s.names = append(s.names, m.Name)
 		}

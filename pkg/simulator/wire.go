@@ -4,16 +4,21 @@ package simulator
 // (CreateChatCompletionResponse, CreateChatCompletionStreamResponse, CreateCompletionResponse):
 // a chat message always carries content and refusal, a choice always carries logprobs, as null.
 
-// chatCompletion is a chat response ("chat.completion") or one of its stream chunks
-// ("chat.completion.chunk").
-type chatCompletion struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []chatChoice `json:"choices"`
-	Usage   *usage       `json:"usage,omitempty"`
+// completion is a response or stream chunk of either endpoint, by its choices: chatCompletion
+// ("chat.completion", "chat.completion.chunk") or textCompletion ("text_completion" for both).
+type completion[C any] struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices []C    `json:"choices"`
+	Usage   *usage `json:"usage,omitempty"`
 }
+
+type (
+	chatCompletion = completion[chatChoice]
+	textCompletion = completion[textChoice]
+)
 
 // chatChoice carries Message in a response and Delta in a chunk.
 type chatChoice struct {
@@ -54,16 +59,6 @@ type toolFunction struct {
 	Arguments string `json:"arguments"`
 }
 
-// textCompletion is a completions response or stream chunk: both are "text_completion".
-type textCompletion struct {
-	ID      string       `json:"id"`
-	Object  string       `json:"object"`
-	Created int64        `json:"created"`
-	Model   string       `json:"model"`
-	Choices []textChoice `json:"choices"`
-	Usage   *usage       `json:"usage,omitempty"`
-}
-
 type textChoice struct {
 	Index        int       `json:"index"`
 	Text         string    `json:"text"`
@@ -82,15 +77,15 @@ type promptTokensDetails struct {
 	CachedTokens int `json:"cached_tokens"`
 }
 
-// SGLang's chunks, as pydantic's model_dump_json writes them: every field, null when unset
-// (python/sglang/srt/entrypoints/openai/serving_chat.py, protocol.py).
-type sglangChatChunk struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []sglangChatChoice `json:"choices"`
-	Usage   *sglangUsage       `json:"usage"`
+// sglangChunk is one of SGLang's chunks, as pydantic's model_dump_json writes them: every field,
+// null when unset (python/sglang/srt/entrypoints/openai/serving_chat.py, protocol.py).
+type sglangChunk[C, U any] struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	Model   string `json:"model"`
+	Choices []C    `json:"choices"`
+	Usage   *U     `json:"usage"`
 }
 
 // sglangUsage is SGLang's UsageInfo with its null details: "prompt_tokens_details": null when
@@ -115,15 +110,6 @@ type sglangDelta struct {
 	Content          *string    `json:"content"`
 	ReasoningContent *string    `json:"reasoning_content"`
 	ToolCalls        []toolCall `json:"tool_calls"`
-}
-
-type sglangTextChunk struct {
-	ID      string             `json:"id"`
-	Object  string             `json:"object"`
-	Created int64              `json:"created"`
-	Model   string             `json:"model"`
-	Choices []sglangTextChoice `json:"choices"`
-	Usage   *usage             `json:"usage"`
 }
 
 // sglangTextChoice is textChoice with "matched_stop": null after its fields.

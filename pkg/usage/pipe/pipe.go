@@ -9,6 +9,7 @@
 package pipe
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -262,18 +263,12 @@ func (p *Pipe) read(ctx context.Context, id string, st *shard) (int, error) {
 // with the image in DynamoDB JSON and eventSourceARN the stream's ARN.
 func (p *Pipe) record(r types.Record) events.DynamoDBEventRecord {
 	rec := events.DynamoDBEventRecord{
-		AWSRegion:      aws.ToString(r.AwsRegion),
+		AWSRegion:      cmp.Or(aws.ToString(r.AwsRegion), p.region),
 		EventID:        aws.ToString(r.EventID),
 		EventName:      string(r.EventName),
-		EventSource:    aws.ToString(r.EventSource),
+		EventSource:    cmp.Or(aws.ToString(r.EventSource), "aws:dynamodb"),
 		EventVersion:   aws.ToString(r.EventVersion),
 		EventSourceArn: p.streamARN,
-	}
-	if rec.AWSRegion == "" {
-		rec.AWSRegion = p.region
-	}
-	if rec.EventSource == "" {
-		rec.EventSource = "aws:dynamodb"
 	}
 	if r.UserIdentity != nil {
 		rec.UserIdentity = &events.DynamoDBUserIdentity{Type: aws.ToString(r.UserIdentity.Type), PrincipalID: aws.ToString(r.UserIdentity.PrincipalId)}
