@@ -82,7 +82,8 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 
 	x.event.Status = usage.StatusCompleted
 	x.event.HTTPStatus = http.StatusOK
-	x.event.TTFTMillis = x.g.opt.Clock.Now().Sub(x.admitted.StartedAt).Milliseconds()
+	// At least 1 ms, as a stream's: 0 means no backend answered (Metrics.Request leaves it out).
+	x.event.TTFTMillis = max(1, x.g.opt.Clock.Now().Sub(x.admitted.StartedAt).Milliseconds())
 	if !x.conclude() {
 		x.withhold()
 		return
