@@ -493,3 +493,67 @@ func TestCloseDuringRead(t *testing.T) {
 	}
 	eventually(t, "the streams' connections are still open", func() bool { return srv.open.Load() == 0 })
 }
+
+// TestNoRequestIsHandedAnothersAnswer: a backend that follows every answer with a second one (a
+// duplicate, a bug, a hostile server) never makes a request of one organization read what was
+// written for another: each request reads its own answer or, failing that, an error. Two
+// organizations share one backend's connections, request after request, so that a connection
+// one has finished with is taken at once by the other.
+func TestNoRequestIsHandedAnothersAnswer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					who, _ := io.ReadAll(req.Body)
+					answer := func(s string) string {
+						return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(s), s)
+					}
+					// One write: the extra answer arrives in the same read as the end of the first.
+					if _, err := io.WriteString(c, answer(string(who))+answer("extra for "+string(who))); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	p, m, _ := onePool(t, "http://"+ln.Addr().String()+"/v1")
+	const each = 300
+	var wg sync.WaitGroup
+	var answered atomic.Int64
+	for _, org := range []string{"org_a", "org_b"} {
+		wg.Go(func() {
+			for i := range each {
+				who := fmt.Sprintf("%s/%d", org, i)
+				resp, err := p.Do(context.Background(), Call{Model: m, Path: "/x", Body: func(catalog.Backend) []byte { return []byte(who) }, OrgID: org})
+				if err != nil {
+					continue // an error is safe; another's answer is not
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err == nil && string(b) != who {
+					t.Errorf("%s read %q", who, b)
+				}
+				answered.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := answered.Load(); n != 2*each {
+		t.Errorf("%d of %d requests answered: nothing of the others reached the backend, they could have been sent again", n, 2*each)
+	}
+}

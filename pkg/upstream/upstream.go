@@ -88,12 +88,12 @@ type backend struct {
 // newTransport is what a backend's requests are sent through: kept-alive HTTP/1.1 connections,
 // or HTTP/2 to an https:// backend that offers it. The Transport reads each connection on a
 // goroutine of its own, so a connection the backend closed while idle leaves the pool at once.
-// plain: the backend is on http://, whose connections let an early answer through
-// (earlyAnswerConn).
+// plain: the backend is on http://, whose connections keep each exchange's bytes to it and let
+// an early answer through (conn).
 func newTransport(opt Options, plain bool) *http.Transport {
 	dial := (&net.Dialer{Timeout: opt.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
 	if plain {
-		dial = dialEarlyAnswer(dial)
+		dial = dialConn(dial)
 	}
 	return &http.Transport{
 		DialContext:            dial,
@@ -273,7 +273,7 @@ func statusFailure(status int) (failureKind, bool) {
 
 // roundTrip sends a request through the backend's transport and returns once the response
 // headers have arrived. sent reports whether any byte of the request may have reached the
-// backend: over an earlyAnswerConn, whether any left on it; otherwise whether the trace's
+// backend: over a conn, whether any left on it; otherwise whether the trace's
 // WroteHeaders came, which it does once the header lines are in the connection's write buffer,
 // before any of them can have left. A request that nothing of left on a kept-alive connection is
 // sent once more: the connection was broken (a backend closes one as it answers early, and
@@ -302,10 +302,15 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody) (resp 
 	ctx, cancel := context.WithCancel(ctx)
 	a := new(attempt)
 	a.trace.GotConn = func(info httptrace.GotConnInfo) {
-		if c, ok := info.Conn.(*earlyAnswerConn); ok {
-			c.start()
+		if c, ok := info.Conn.(*conn); ok {
+			a.unsure.Store(!c.start(ctx))
 			a.conn.Store(c)
 			a.reused.Store(info.Reused)
+		}
+	}
+	a.trace.PutIdleConn = func(err error) {
+		if c := a.conn.Load(); c != nil && err == nil {
+			c.answered()
 		}
 	}
 	a.trace.WroteHeaders = func() { a.wroteHeaders.Store(true) }
@@ -327,6 +332,12 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody) (resp 
 		}
 		return nil, a.wroteHeaders.Load(), false, err
 	}
+	if a.unsure.Load() {
+		// The caller left before the connection was known to hold nothing of another answer.
+		resp.Body.Close()
+		cancel()
+		return nil, true, false, context.Cause(ctx)
+	}
 	resp.Body = &responseBody{body: resp.Body, cancel: cancel}
 	return resp, true, false, nil
 }
@@ -336,7 +347,8 @@ type attempt struct {
 	trace        httptrace.ClientTrace
 	wroteHeaders atomic.Bool
 	reused       atomic.Bool
-	conn         atomic.Pointer[earlyAnswerConn]
+	unsure       atomic.Bool // the caller left while the request waited to start on conn
+	conn         atomic.Pointer[conn]
 }
 
 // responseBody is a backend's response body. Read to its end, it leaves its connection to the

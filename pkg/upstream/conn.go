@@ -1,0 +1,161 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+)
+
+// errUnsolicited is why a connection is closed whose backend sent bytes no request had asked for.
+var errUnsolicited = errors.New("backend sent bytes no request asked for")
+
+// conn is a connection to an http:// backend, as net/http's Transport sees it. It keeps every
+// exchange's bytes to that exchange, and it lets a backend's early answer through.
+//
+// One exchange's bytes: the Transport puts a connection back in its pool as soon as an answer's
+// body ends, and only then looks whether bytes beyond the answer were already read ("Unsolicited
+// response received on idle HTTP channel", which closes the connection). A request that took the
+// connection in between would be handed those bytes as its answer: a backend that followed one
+// organization's answer with a second one would answer another organization's request with it.
+// So a request starts on a connection only once the Transport has looked past the last answer:
+// it read with nothing buffered, or it closed the connection. And what a read brings before any
+// of the next request is written belongs to no request: it closes the connection unread.
+//
+// An early answer: a backend that answers before it has read a large request (a 413 of its own)
+// and closes the connection resets the request's write, and the Transport then returns the
+// write's error, not the answer that had already arrived (golang/go#11745). Once some of a
+// request has left, a failed write is reported done, so that the Transport reads what the backend
+// answered, or fails on that read; a later request on the connection fails with nothing of it
+// sent, which roundTrip sends again.
+type conn struct {
+	net.Conn
+
+	mu      sync.Mutex
+	writing bool          // the current request's write has begun: what is read is its answer
+	sending bool          // some of the current request has left
+	err     error         // the write that failed: the connection is broken
+	ended   bool          // the last answer ended and the Transport has not read since
+	looked  chan struct{} // closed once the Transport looked past the last answer, or on Close
+	closed  bool
+}
+
+// dialConn wraps dial's connections in conn.
+func dialConn(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		looked := make(chan struct{})
+		close(looked) // nothing was read before the first request
+		return &conn{Conn: c, looked: looked}, nil
+	}
+}
+
+// start begins a request on the connection (the trace's GotConn), once the Transport has looked
+// past the last answer; false if ctx ended first. Until some of the request has left, a failure is
+// reported as it is.
+func (c *conn) start(ctx context.Context) bool {
+	c.mu.Lock()
+	looked := c.looked
+	c.mu.Unlock()
+	select {
+	case <-looked:
+	case <-ctx.Done():
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writing, c.sending = false, false
+	if !c.closed {
+		c.looked = make(chan struct{})
+	}
+	return true
+}
+
+// answered ends a request on the connection (the trace's PutIdleConn): its answer has ended and
+// the Transport has put the connection back in its pool.
+func (c *conn) answered() {
+	c.mu.Lock()
+	c.writing, c.sending, c.ended = false, false, true
+	c.mu.Unlock()
+}
+
+// sent reports whether some of the current request has left.
+func (c *conn) sent() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sending
+}
+
+func (c *conn) Read(p []byte) (int, error) {
+	c.mu.Lock()
+	if c.ended {
+		// The Transport reads past the last answer, so nothing beyond it was buffered.
+		c.ended = false
+		c.lookedPast()
+	}
+	c.mu.Unlock()
+	n, err := c.Conn.Read(p)
+	if n == 0 {
+		return n, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.writing {
+		c.closeLocked()
+		return 0, errUnsolicited
+	}
+	return n, err
+}
+
+// Write does not hold the lock while it writes: a backend that answers early without reading
+// leaves the write waiting, and the Transport must still read the answer meanwhile.
+func (c *conn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.writing = true
+	broken, sending := c.err, c.sending
+	c.mu.Unlock()
+	if broken != nil {
+		if sending {
+			return len(p), nil
+		}
+		return 0, broken
+	}
+	n, err := c.Conn.Write(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sending = c.sending || n > 0
+	if err != nil {
+		c.err = err
+		if c.sending {
+			return len(p), nil
+		}
+	}
+	return n, err
+}
+
+func (c *conn) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closeLocked()
+}
+
+func (c *conn) closeLocked() error {
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	c.lookedPast() // a request waiting to start fails at once, with nothing sent
+	return c.Conn.Close()
+}
+
+// lookedPast lets a request start.
+func (c *conn) lookedPast() {
+	select {
+	case <-c.looked:
+	default:
+		close(c.looked)
+	}
+}
