@@ -557,3 +557,67 @@ func TestNoRequestIsHandedAnothersAnswer(t *testing.T) {
 		t.Errorf("%d of %d requests answered: nothing of the others reached the backend, they could have been sent again", n, 2*each)
 	}
 }
+
+// TestAnswerNamingAnotherRequestIsRefused: each request carries an X-Request-Id, and an answer
+// that echoes another request's id (here a duplicate of the first answer, which the backend sends
+// only once the second request has arrived, so that no look at the connection can tell it from
+// the second's answer) is refused: the second request gets an error, never the first's bytes, and
+// the connection goes; the next request is answered on a new one.
+func TestAnswerNamingAnotherRequestIsRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				var last string // the previous answer on this connection
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					who, _ := io.ReadAll(req.Body)
+					answer := fmt.Sprintf("HTTP/1.1 200 OK\r\nX-Request-Id: %s\r\nContent-Length: %d\r\n\r\n%s", req.Header.Get("X-Request-Id"), len(who), who)
+					if _, err := io.WriteString(c, last+answer); err != nil {
+						return
+					}
+					last = answer
+				}
+			}()
+		}
+	}()
+	p, m, _ := onePool(t, "http://"+ln.Addr().String()+"/v1")
+	do := func(who string) (string, error) {
+		resp, err := p.Do(context.Background(), Call{Model: m, Path: "/x", Body: func(catalog.Backend) []byte { return []byte(who) }, OrgID: who})
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	if got, err := do("org_a"); err != nil || got != "org_a" {
+		t.Fatalf("the first request read %q, %v", got, err)
+	}
+	got, err := do("org_b")
+	var ue *Error
+	if !errors.As(err, &ue) || !errors.Is(err, errAnotherAnswer) {
+		t.Fatalf("the second request read %q, %v; want the backend's error", got, err)
+	}
+	if got, err := do("org_c"); err != nil || got != "org_c" {
+		t.Fatalf("the third request read %q, %v", got, err)
+	}
+	if n := accepted.Load(); n != 2 {
+		t.Errorf("%d connections, want 2: the one that carried another's answer was reused", n)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"io"
 	"net"
@@ -23,6 +24,17 @@ import (
 
 // ErrUnavailable means no backend of the model can take a request now (all unhealthy).
 var ErrUnavailable = errors.New("no healthy backend")
+
+// errAnotherAnswer is an answer that names another request than the one it came for.
+var errAnotherAnswer = errors.New("the answer names another request")
+
+// requestIDHeader names each request to a backend. vLLM started with --enable-request-id-headers
+// answers with the same header and the same id (its XRequestIdMiddleware), and names the request
+// after it in its logs and its answer's id; a server that does not know the header ignores it.
+// An answer that carries the header with another id is another request's (a duplicate answer
+// the backend sent late, which reached the connection after the next request was written) and is
+// refused; an answer without it cannot be checked, and is taken.
+const requestIDHeader = "X-Request-Id"
 
 // Error is a failure to get response headers from a backend: refused, reset, timed out.
 type Error struct {
@@ -196,14 +208,17 @@ func (r *Response) StreamStatus(status int) {
 // else is retried. Statuses are returned as they are, and the caller decides what the client sees;
 // the breaker counts refused, reset and timed-out connections, 502, 503 and 504 against the
 // backend, and 429 and other 5xx only once two organizations have seen them (501, "not
-// implemented", is an answer about the request, never a failure).
+// implemented", is an answer about the request, never a failure). Each request is named by a
+// random X-Request-Id, and an answer that echoes another id fails as the backend's error
+// (requestIDHeader).
 func (p *Pool) Do(ctx context.Context, call Call) (*Response, error) {
 	now := p.opt.Now()
 	first := p.pick(call.Model, now, "")
 	if first == nil {
 		return nil, ErrUnavailable
 	}
-	resp, sent, err := p.send(ctx, first, call)
+	id := rand.Text() // random: the id may reach the client in the answer's id
+	resp, sent, err := p.send(ctx, first, call, id)
 	if err == nil {
 		return resp, nil
 	}
@@ -214,7 +229,7 @@ func (p *Pool) Do(ctx context.Context, call Call) (*Response, error) {
 	if second == nil {
 		return nil, err
 	}
-	resp, _, err = p.send(ctx, second, call)
+	resp, _, err = p.send(ctx, second, call, id)
 	return resp, err
 }
 
@@ -235,8 +250,8 @@ func (p *Pool) pick(model *catalog.Model, now time.Time, skip string) *backend {
 	return nil
 }
 
-func (p *Pool) send(ctx context.Context, be *backend, call Call) (*Response, bool, error) {
-	resp, sent, err := be.roundTrip(ctx, call.Path, call.Body)
+func (p *Pool) send(ctx context.Context, be *backend, call Call, id string) (*Response, bool, error) {
+	resp, sent, err := be.roundTrip(ctx, call.Path, call.Body, id)
 	if err != nil {
 		if ctx.Err() == nil {
 			be.breaker.failure(p.opt.Now(), p.opt, failureUnhealthy, call.OrgID)
@@ -279,7 +294,7 @@ func statusFailure(status int) (failureKind, bool) {
 // sent once more: the connection was broken (a backend closes one as it answers early, and
 // another request may take it from the pool before the Transport sees that). The Transport
 // itself sends again only what it wrote nothing of from a request that fits its write buffer.
-func (be *backend) roundTrip(ctx context.Context, path string, body func(catalog.Backend) []byte) (*http.Response, bool, error) {
+func (be *backend) roundTrip(ctx context.Context, path string, body func(catalog.Backend) []byte, id string) (*http.Response, bool, error) {
 	var b *requestBody
 	if payload := body(be.cfg); len(payload) > 0 {
 		b = &requestBody{full: payload}
@@ -287,16 +302,16 @@ func (be *backend) roundTrip(ctx context.Context, path string, body func(catalog
 		defer b.forget()
 	}
 	for first := true; ; first = false {
-		resp, sent, stale, err := be.send(ctx, path, b)
+		resp, sent, stale, err := be.send(ctx, path, b, id)
 		if err == nil || sent || !stale || !first || ctx.Err() != nil {
 			return resp, sent, err
 		}
 	}
 }
 
-// send is one attempt of roundTrip. stale: it failed on a kept-alive connection before anything
-// of it left.
-func (be *backend) send(ctx context.Context, path string, b *requestBody) (resp *http.Response, sent, stale bool, err error) {
+// send is one attempt of roundTrip, for the request named id. stale: it failed on a kept-alive
+// connection before anything of it left.
+func (be *backend) send(ctx context.Context, path string, b *requestBody, id string) (resp *http.Response, sent, stale bool, err error) {
 	// The request's own context, which its response body cancels to cut a body it does not read
 	// to the end (see responseBody).
 	ctx, cancel := context.WithCancel(ctx)
@@ -319,7 +334,7 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody) (resp 
 		cancel()
 		return nil, false, false, err
 	}
-	req.Header = be.headerFor()
+	req.Header = be.headerFor(id)
 	if b != nil {
 		a.trace.WroteRequest = b.written
 		req.Body, req.GetBody, req.ContentLength = b.reader(), b.again, int64(len(b.full))
@@ -337,6 +352,18 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody) (resp 
 		resp.Body.Close()
 		cancel()
 		return nil, true, false, context.Cause(ctx)
+	}
+	if got := resp.Header.Get(requestIDHeader); got != "" && got != id {
+		// Whatever follows on the connection is suspect too: it goes, also when the answer had no
+		// body and the Transport has pooled it already.
+		resp.Body.Close()
+		cancel()
+		if c := a.conn.Load(); c != nil {
+			c.Close()
+		} else {
+			be.transport.CloseIdleConnections()
+		}
+		return nil, true, false, errAnotherAnswer
 	}
 	resp.Body = &responseBody{body: resp.Body, cancel: cancel}
 	return resp, true, false, nil
