@@ -2,16 +2,19 @@ package upstream
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
+	"net/http"
 	"sync"
 )
 
 // errUnsolicited is why a connection is closed whose backend sent bytes no request had asked for.
 var errUnsolicited = errors.New("backend sent bytes no request asked for")
 
-// conn is a connection to an http:// backend, as net/http's Transport sees it. It keeps every
-// exchange's bytes to that exchange, and it lets a backend's early answer through.
+// conn is an HTTP/1.1 connection to a backend, as net/http's Transport sees it (on https://,
+// above TLS). It keeps every exchange's bytes to that exchange, and it lets a backend's early
+// answer through.
 //
 // One exchange's bytes: the Transport puts a connection back in its pool as soon as an answer's
 // body ends, and only then looks whether bytes beyond the answer were already read ("Unsolicited
@@ -40,17 +43,54 @@ type conn struct {
 	closed  bool
 }
 
+// dialFunc dials a backend.
+type dialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+
 // dialConn wraps dial's connections in conn.
-func dialConn(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func dialConn(dial dialFunc) dialFunc {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if err != nil {
 			return nil, err
 		}
-		looked := make(chan struct{})
-		close(looked) // nothing was read before the first request
-		return &conn{Conn: c, looked: looked}, nil
+		return newConn(c), nil
 	}
+}
+
+// dialTLS dials an https:// backend and shakes hands as t would, with t's TLS configuration
+// (which the Transport makes offer h2 first). A connection that agreed on HTTP/2 is returned as
+// it is: HTTP/2 names the stream of every answer. Any other is a conn, as on http://.
+func dialTLS(t *http.Transport, dial dialFunc) dialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		raw, err := dial(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cfg := t.TLSClientConfig.Clone()
+		if cfg == nil {
+			cfg = new(tls.Config)
+		}
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(raw, cfg)
+		hctx, cancel := context.WithTimeout(ctx, t.TLSHandshakeTimeout)
+		defer cancel()
+		if err := tc.HandshakeContext(hctx); err != nil {
+			raw.Close()
+			return nil, err
+		}
+		if tc.ConnectionState().NegotiatedProtocol == "h2" {
+			return tc, nil
+		}
+		return newConn(tc), nil
+	}
+}
+
+func newConn(c net.Conn) *conn {
+	looked := make(chan struct{})
+	close(looked) // nothing was read before the first request
+	return &conn{Conn: c, looked: looked}
 }
 
 // start begins a request on the connection (the trace's GotConn), once the Transport has looked

@@ -3,6 +3,7 @@ package upstream
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -346,6 +347,30 @@ func TestHTTPSBackendsUseTheTransport(t *testing.T) {
 	}
 }
 
+// TestHTTP2IsKept: an https:// backend that offers HTTP/2 is spoken to in HTTP/2, which names every
+// answer's stream, and its connection is not wrapped.
+func TestHTTP2IsKept(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, r.Proto)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	p, m, tr := onePool(t, srv.URL+"/v1")
+	tr.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+	for range 2 {
+		resp, err := p.Do(context.Background(), Call{Model: m, Path: "/x", Body: body, OrgID: "org_a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "HTTP/2.0" || resp.TLS == nil {
+			t.Fatalf("the backend saw %q (TLS state %v), want HTTP/2.0", b, resp.TLS != nil)
+		}
+	}
+}
+
 // TestEarlyAnswerToALargeBody: a backend that answers before it read a large body (a limit of its
 // own) is heard: its answer reaches the caller, it is not counted as failing, and its connection
 // is not reused. Neither when it closes the connection, nor when it keeps it open without reading.
@@ -498,12 +523,35 @@ func TestCloseDuringRead(t *testing.T) {
 // duplicate, a bug, a hostile server) never makes a request of one organization read what was
 // written for another: each request reads its own answer or, failing that, an error. Two
 // organizations share one backend's connections, request after request, so that a connection
-// one has finished with is taken at once by the other.
+// one has finished with is taken at once by the other. Over http://, and over https:// without
+// HTTP/2.
 func TestNoRequestIsHandedAnothersAnswer(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	t.Run("http", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, m, _ := onePool(t, "http://"+ln.Addr().String()+"/v1")
+		noAnotherAnswer(t, ln, p, m, 300)
+	})
+	t.Run("https", func(t *testing.T) {
+		srv := httptest.NewUnstartedServer(nil)
+		srv.StartTLS() // for its certificate and a client that trusts it
+		srv.Close()
+		ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: srv.TLS.Certificates, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, m, tr := onePool(t, "https://"+ln.Addr().String()+"/v1")
+		tr.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+		noAnotherAnswer(t, ln, p, m, 100) // fewer: most requests shake hands anew
+	})
+}
+
+// noAnotherAnswer serves on ln a backend that follows each answer with another in the same write
+// (so that it arrives in the same read as the end of the first), and checks that each organization's
+// requests through p, each of the two sending each, read their own.
+func noAnotherAnswer(t *testing.T, ln net.Listener, p *Pool, m *catalog.Model, each int) {
 	defer ln.Close()
 	go func() {
 		for {
@@ -523,7 +571,6 @@ func TestNoRequestIsHandedAnothersAnswer(t *testing.T) {
 					answer := func(s string) string {
 						return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(s), s)
 					}
-					// One write: the extra answer arrives in the same read as the end of the first.
 					if _, err := io.WriteString(c, answer(string(who))+answer("extra for "+string(who))); err != nil {
 						return
 					}
@@ -531,8 +578,6 @@ func TestNoRequestIsHandedAnothersAnswer(t *testing.T) {
 			}()
 		}
 	}()
-	p, m, _ := onePool(t, "http://"+ln.Addr().String()+"/v1")
-	const each = 300
 	var wg sync.WaitGroup
 	var answered atomic.Int64
 	for _, org := range []string{"org_a", "org_b"} {
@@ -553,7 +598,7 @@ func TestNoRequestIsHandedAnothersAnswer(t *testing.T) {
 		})
 	}
 	wg.Wait()
-	if n := answered.Load(); n != 2*each {
+	if n := answered.Load(); n != int64(2*each) {
 		t.Errorf("%d of %d requests answered: nothing of the others reached the backend, they could have been sent again", n, 2*each)
 	}
 }

@@ -100,15 +100,12 @@ type backend struct {
 // newTransport is what a backend's requests are sent through: kept-alive HTTP/1.1 connections,
 // or HTTP/2 to an https:// backend that offers it. The Transport reads each connection on a
 // goroutine of its own, so a connection the backend closed while idle leaves the pool at once.
-// plain: the backend is on http://, whose connections keep each exchange's bytes to it and let
-// an early answer through (conn).
+// Its HTTP/1.1 connections keep each exchange's bytes to it and let an early answer through
+// (conn); plain: the backend is on http://, else the dial shakes hands for TLS itself, to put the
+// conn above TLS.
 func newTransport(opt Options, plain bool) *http.Transport {
 	dial := (&net.Dialer{Timeout: opt.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
-	if plain {
-		dial = dialConn(dial)
-	}
-	return &http.Transport{
-		DialContext:            dial,
+	t := &http.Transport{
 		MaxIdleConns:           maxIdleConns,
 		MaxIdleConnsPerHost:    maxIdleConns,
 		IdleConnTimeout:        idleConnTimeout,
@@ -121,6 +118,12 @@ func newTransport(opt Options, plain bool) *http.Transport {
 		// Model servers' SSE is small and must not be held back by gzip buffering.
 		DisableCompression: true,
 	}
+	if plain {
+		t.DialContext = dialConn(dial)
+	} else {
+		t.DialTLSContext = dialTLS(t, dial)
+	}
+	return t
 }
 
 // New builds a pool for every backend of the catalog.
