@@ -39,7 +39,8 @@ type conn struct {
 	sending bool          // some of the current request has left
 	err     error         // the write that failed: the connection is broken
 	ended   bool          // the last answer ended and the Transport has not read since
-	looked  chan struct{} // closed once the Transport looked past the last answer, or on Close
+	looked  bool          // the Transport looked past the last answer, or nothing was read yet
+	wait    chan struct{} // a request waits for looked; closed when it is set
 	closed  bool
 }
 
@@ -87,30 +88,30 @@ func dialTLS(t *http.Transport, dial dialFunc) dialFunc {
 	}
 }
 
-func newConn(c net.Conn) *conn {
-	looked := make(chan struct{})
-	close(looked) // nothing was read before the first request
-	return &conn{Conn: c, looked: looked}
-}
+func newConn(c net.Conn) *conn { return &conn{Conn: c, looked: true} }
 
 // start begins a request on the connection (the trace's GotConn), once the Transport has looked
 // past the last answer; false if ctx ended first. Until some of the request has left, a failure is
 // reported as it is.
 func (c *conn) start(ctx context.Context) bool {
 	c.mu.Lock()
-	looked := c.looked
-	c.mu.Unlock()
-	select {
-	case <-looked:
-	case <-ctx.Done():
-		return false
-	}
-	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.writing, c.sending = false, false
-	if !c.closed {
-		c.looked = make(chan struct{})
+	for !c.looked && !c.closed {
+		// Rare: the Transport is about to look, a moment after it pooled the connection.
+		if c.wait == nil {
+			c.wait = make(chan struct{})
+		}
+		wait := c.wait
+		c.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			c.mu.Lock()
+			return false
+		}
+		c.mu.Lock()
 	}
+	c.looked, c.writing, c.sending = false, false, false
 	return true
 }
 
@@ -193,9 +194,9 @@ func (c *conn) closeLocked() error {
 
 // lookedPast lets a request start.
 func (c *conn) lookedPast() {
-	select {
-	case <-c.looked:
-	default:
-		close(c.looked)
+	c.looked = true
+	if c.wait != nil {
+		close(c.wait)
+		c.wait = nil
 	}
 }

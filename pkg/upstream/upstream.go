@@ -179,7 +179,7 @@ type Call struct {
 // Response is a backend's answer whose headers have arrived. The caller must close Body.
 type Response struct {
 	*http.Response
-	Backend catalog.Backend
+	Backend *catalog.Backend
 	pool    *Pool
 	orgID   string
 }
@@ -269,7 +269,7 @@ func (p *Pool) send(ctx context.Context, be *backend, call Call, id string) (*Re
 	} else {
 		be.breaker.success()
 	}
-	return &Response{Response: resp, Backend: be.cfg, pool: p, orgID: call.OrgID}, true, nil
+	return &Response{Response: resp, Backend: &be.cfg, pool: p, orgID: call.OrgID}, true, nil
 }
 
 // statusFailure classifies a backend's status for its breaker. 502, 503 and 504 come from the
@@ -315,9 +315,6 @@ func (be *backend) roundTrip(ctx context.Context, path string, body func(catalog
 // send is one attempt of roundTrip, for the request named id. stale: it failed on a kept-alive
 // connection before anything of it left.
 func (be *backend) send(ctx context.Context, path string, b *requestBody, id string) (resp *http.Response, sent, stale bool, err error) {
-	// The request's own context, which its response body cancels to cut a body it does not read
-	// to the end (see responseBody).
-	ctx, cancel := context.WithCancel(ctx)
 	a := new(attempt)
 	a.trace.GotConn = func(info httptrace.GotConnInfo) {
 		if c, ok := info.Conn.(*conn); ok {
@@ -334,7 +331,6 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody, id str
 	a.trace.WroteHeaders = func() { a.wroteHeaders.Store(true) }
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, &a.trace), http.MethodPost, be.base+path, nil)
 	if err != nil {
-		cancel()
 		return nil, false, false, err
 	}
 	req.Header = be.headerFor(id)
@@ -344,7 +340,6 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody, id str
 	}
 	resp, err = be.transport.RoundTrip(req)
 	if err != nil {
-		cancel()
 		if c := a.conn.Load(); c != nil {
 			return nil, c.sent(), !c.sent() && a.reused.Load(), err
 		}
@@ -353,14 +348,12 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody, id str
 	if a.unsure.Load() {
 		// The caller left before the connection was known to hold nothing of another answer.
 		resp.Body.Close()
-		cancel()
 		return nil, true, false, context.Cause(ctx)
 	}
 	if got := resp.Header.Get(requestIDHeader); got != "" && got != id {
 		// Whatever follows on the connection is suspect too: it goes, also when the answer had no
 		// body and the Transport has pooled it already.
 		resp.Body.Close()
-		cancel()
 		if c := a.conn.Load(); c != nil {
 			c.Close()
 		} else {
@@ -368,7 +361,7 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody, id str
 		}
 		return nil, true, false, errAnotherAnswer
 	}
-	resp.Body = &responseBody{body: resp.Body, cancel: cancel}
+	resp.Body = &responseBody{body: resp.Body}
 	return resp, true, false, nil
 }
 
@@ -385,11 +378,11 @@ type attempt struct {
 // Transport's pool. Closed before its end, it reads on for a moment, and the connection stays if
 // the end comes in that time: a stream's chunked encoding ends a moment after its [DONE] event,
 // which is where a relay stops reading. A body whose end does not come soon (a stream cut in its
-// middle), or that is closed while another goroutine reads it, has its request cancelled: the
-// Transport closes the connection, which ends the read and stops the backend.
+// middle), or that is closed while another goroutine reads it, is closed before its end: the
+// Transport closes the connection (on HTTP/2 it resets the stream), which ends the read and stops
+// the backend.
 type responseBody struct {
-	body   io.ReadCloser
-	cancel context.CancelFunc // the request's context
+	body io.ReadCloser
 
 	mu      sync.Mutex
 	reading bool // a Read is under way
@@ -429,11 +422,9 @@ func (b *responseBody) Close() error {
 	b.closed = true
 	reading, ended := b.reading, b.ended
 	b.mu.Unlock()
-	defer b.cancel()
-	if reading {
-		b.cancel()
-	} else if !ended {
-		cut := time.AfterFunc(drainFor, b.cancel)
+	if !reading && !ended {
+		// The Transport's body may be closed while it is read: that ends the read.
+		cut := time.AfterFunc(drainFor, func() { b.body.Close() })
 		_, _ = io.CopyN(io.Discard, b.body, maxDrain)
 		cut.Stop()
 	}
