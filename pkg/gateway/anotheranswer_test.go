@@ -3,6 +3,7 @@ package gateway
 import (
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/neocloud/kiln/pkg/simulator"
@@ -20,7 +21,7 @@ func TestAnswerNamingAnotherRequestIsNotDelivered(t *testing.T) {
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-wrongOnce:
-			r.Header.Set("X-Request-Id", "another-request") // the simulator echoes it
+			r.Header.Set("X-Request-Id", "kiln-"+strings.Repeat("A", 26)) // the simulator echoes it
 		default:
 		}
 		sim.ServeHTTP(w, r)

@@ -666,3 +666,20 @@ func TestAnswerNamingAnotherRequestIsRefused(t *testing.T) {
 		t.Errorf("%d connections, want 2: the one that carried another's answer was reused", n)
 	}
 }
+
+// TestRequestIDsOfOthersAreNotChecked: an answer whose X-Request-Id is not one of the pool's (a
+// proxy in front of the backend stamps its own) cannot be checked, and is taken; the request
+// carried an id of the pool's.
+func TestRequestIDsOfOthersAreNotChecked(t *testing.T) {
+	sent := make(chan string, 1)
+	srv := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		sent <- r.Header.Get("X-Request-Id")
+		w.Header().Set("X-Request-Id", "3f2c9a50-proxy")
+		io.WriteString(w, "{}")
+	})
+	p, m, _ := onePool(t, srv.URL+"/v1")
+	doOK(t, p, m)
+	if id := <-sent; !strings.HasPrefix(id, requestIDPrefix) || len(id) < len(requestIDPrefix)+20 {
+		t.Errorf("the request carried X-Request-Id %q, want a random id of the pool's", id)
+	}
+}

@@ -28,13 +28,17 @@ var ErrUnavailable = errors.New("no healthy backend")
 // errAnotherAnswer is an answer that names another request than the one it came for.
 var errAnotherAnswer = errors.New("the answer names another request")
 
-// requestIDHeader names each request to a backend. vLLM started with --enable-request-id-headers
-// answers with the same header and the same id (its XRequestIdMiddleware), and names the request
-// after it in its logs and its answer's id; a server that does not know the header ignores it.
-// An answer that carries the header with another id is another request's (a duplicate answer
-// the backend sent late, which reached the connection after the next request was written) and is
-// refused; an answer without it cannot be checked, and is taken.
-const requestIDHeader = "X-Request-Id"
+// requestIDHeader names each request to a backend, with requestIDPrefix and a random part. vLLM
+// started with --enable-request-id-headers answers with the same header and the same id (its
+// XRequestIdMiddleware), and names the request after it in its logs and its answer's id; a server
+// that does not know the header ignores it. An answer that carries another id of ours is another
+// request's (a duplicate answer the backend sent late, which reached the connection after the
+// next request was written) and is refused. An answer without the header, or with an id that is
+// not ours (a proxy in between that stamps ids of its own), cannot be checked, and is taken.
+const (
+	requestIDHeader = "X-Request-Id"
+	requestIDPrefix = "kiln-"
+)
 
 // Error is a failure to get response headers from a backend: refused, reset, timed out.
 type Error struct {
@@ -220,7 +224,7 @@ func (p *Pool) Do(ctx context.Context, call Call) (*Response, error) {
 	if first == nil {
 		return nil, ErrUnavailable
 	}
-	id := rand.Text() // random: the id may reach the client in the answer's id
+	id := requestIDPrefix + rand.Text() // random: the id may reach the client in the answer's id
 	resp, sent, err := p.send(ctx, first, call, id)
 	if err == nil {
 		return resp, nil
@@ -350,7 +354,7 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody, id str
 		resp.Body.Close()
 		return nil, true, false, context.Cause(ctx)
 	}
-	if got := resp.Header.Get(requestIDHeader); got != "" && got != id {
+	if got := resp.Header.Get(requestIDHeader); got != id && strings.HasPrefix(got, requestIDPrefix) {
 		// Whatever follows on the connection is suspect too: it goes, also when the answer had no
 		// body and the Transport has pooled it already.
 		resp.Body.Close()
