@@ -422,7 +422,7 @@ func TestEarlyAnswerToALargeBody(t *testing.T) {
 					t.Fatalf("%d %q", resp.StatusCode, b)
 				}
 			}
-			if !p.Healthy("b", time.Now()) {
+			if !p.healthy("b", time.Now()) {
 				t.Error("a backend that answered 413 is marked unhealthy")
 			}
 			if n := accepted.Load(); n != 3 {

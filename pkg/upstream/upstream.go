@@ -481,12 +481,6 @@ func (r *requestBody) written(httptrace.WroteRequestInfo) {
 // forget drops the body kept for retries.
 func (r *requestBody) forget() { r.full = nil }
 
-// Healthy reports whether the named backend's breaker lets requests through at now.
-func (p *Pool) Healthy(name string, now time.Time) bool {
-	be := p.backends[name]
-	return be != nil && be.breaker.peek(now)
-}
-
 // failureKind is what a failure says about a backend.
 type failureKind int
 
@@ -526,12 +520,6 @@ func (b *breaker) allow(now time.Time) bool {
 	}
 	b.trial = true
 	return true
-}
-
-func (b *breaker) peek(now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.openUntil.IsZero() || (!now.Before(b.openUntil) && !b.trial)
 }
 
 func (b *breaker) success() {
