@@ -88,6 +88,7 @@ func dialTLS(t *http.Transport, dial dialFunc) dialFunc {
 	}
 }
 
+// newConn wraps c, a new connection: nothing was read on it before the first request.
 func newConn(c net.Conn) *conn { return &conn{Conn: c, looked: true} }
 
 // start begins a request on the connection (the trace's GotConn), once the Transport has looked

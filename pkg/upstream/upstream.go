@@ -351,10 +351,11 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody, id str
 	}
 	if a.unsure.Load() {
 		// The caller left before the connection was known to hold nothing of another answer.
-		resp.Body.Close()
-		return nil, true, false, context.Cause(ctx)
+		err = context.Cause(ctx)
+	} else if got := resp.Header.Get(requestIDHeader); got != id && strings.HasPrefix(got, requestIDPrefix) {
+		err = errAnotherAnswer
 	}
-	if got := resp.Header.Get(requestIDHeader); got != id && strings.HasPrefix(got, requestIDPrefix) {
+	if err != nil {
 		// Whatever follows on the connection is suspect too: it goes, also when the answer had no
 		// body and the Transport has pooled it already.
 		resp.Body.Close()
@@ -363,7 +364,7 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody, id str
 		} else {
 			be.transport.CloseIdleConnections()
 		}
-		return nil, true, false, errAnotherAnswer
+		return nil, true, false, err
 	}
 	resp.Body = &responseBody{body: resp.Body}
 	return resp, true, false, nil
