@@ -106,6 +106,11 @@ func (s *Server) inference(w http.ResponseWriter, r *http.Request, ep endpoint) 
 	defer s.active.Add(-1)
 
 	req, server, err := s.parse(r, ep)
+	if id := r.Header.Get("X-Request-Id"); id != "" && server == VLLM {
+		// As vLLM started with --enable-request-id-headers does (XRequestIdMiddleware in
+		// vllm/entrypoints/openai/server_utils.py).
+		w.Header().Set("X-Request-Id", id)
+	}
 	if err != nil {
 		writeRequestError(w, server, err)
 		return

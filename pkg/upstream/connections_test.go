@@ -3,6 +3,7 @@ package upstream
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -346,6 +347,30 @@ func TestHTTPSBackendsUseTheTransport(t *testing.T) {
 	}
 }
 
+// TestHTTP2IsKept: an https:// backend that offers HTTP/2 is spoken to in HTTP/2, which names every
+// answer's stream, and its connection is not wrapped.
+func TestHTTP2IsKept(t *testing.T) {
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, r.Proto)
+	}))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	p, m, tr := onePool(t, srv.URL+"/v1")
+	tr.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+	for range 2 {
+		resp, err := p.Do(context.Background(), Call{Model: m, Path: "/x", Body: body, OrgID: "org_a"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(b) != "HTTP/2.0" || resp.TLS == nil {
+			t.Fatalf("the backend saw %q (TLS state %v), want HTTP/2.0", b, resp.TLS != nil)
+		}
+	}
+}
+
 // TestEarlyAnswerToALargeBody: a backend that answers before it read a large body (a limit of its
 // own) is heard: its answer reaches the caller, it is not counted as failing, and its connection
 // is not reused. Neither when it closes the connection, nor when it keeps it open without reading.
@@ -397,7 +422,7 @@ func TestEarlyAnswerToALargeBody(t *testing.T) {
 					t.Fatalf("%d %q", resp.StatusCode, b)
 				}
 			}
-			if !p.Healthy("b", time.Now()) {
+			if !p.healthy("b", time.Now()) {
 				t.Error("a backend that answered 413 is marked unhealthy")
 			}
 			if n := accepted.Load(); n != 3 {
@@ -492,4 +517,169 @@ func TestCloseDuringRead(t *testing.T) {
 		cancel()
 	}
 	eventually(t, "the streams' connections are still open", func() bool { return srv.open.Load() == 0 })
+}
+
+// TestNoRequestIsHandedAnothersAnswer: a backend that follows every answer with a second one (a
+// duplicate, a bug, a hostile server) never makes a request of one organization read what was
+// written for another: each request reads its own answer or, failing that, an error. Two
+// organizations share one backend's connections, request after request, so that a connection
+// one has finished with is taken at once by the other. Over http://, and over https:// without
+// HTTP/2.
+func TestNoRequestIsHandedAnothersAnswer(t *testing.T) {
+	t.Run("http", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, m, _ := onePool(t, "http://"+ln.Addr().String()+"/v1")
+		noAnotherAnswer(t, ln, p, m, 300)
+	})
+	t.Run("https", func(t *testing.T) {
+		srv := httptest.NewUnstartedServer(nil)
+		srv.StartTLS() // for its certificate and a client that trusts it
+		srv.Close()
+		ln, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: srv.TLS.Certificates, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, m, tr := onePool(t, "https://"+ln.Addr().String()+"/v1")
+		tr.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+		noAnotherAnswer(t, ln, p, m, 100) // fewer: most requests shake hands anew
+	})
+}
+
+// noAnotherAnswer serves on ln a backend that follows each answer with another in the same write
+// (so that it arrives in the same read as the end of the first), and checks that each organization's
+// requests through p, each of the two sending each, read their own.
+func noAnotherAnswer(t *testing.T, ln net.Listener, p *Pool, m *catalog.Model, each int) {
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					who, _ := io.ReadAll(req.Body)
+					answer := func(s string) string {
+						return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(s), s)
+					}
+					if _, err := io.WriteString(c, answer(string(who))+answer("extra for "+string(who))); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	var wg sync.WaitGroup
+	var answered atomic.Int64
+	for _, org := range []string{"org_a", "org_b"} {
+		wg.Go(func() {
+			for i := range each {
+				who := fmt.Sprintf("%s/%d", org, i)
+				resp, err := p.Do(context.Background(), Call{Model: m, Path: "/x", Body: func(catalog.Backend) []byte { return []byte(who) }, OrgID: org})
+				if err != nil {
+					continue // an error is safe; another's answer is not
+				}
+				b, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err == nil && string(b) != who {
+					t.Errorf("%s read %q", who, b)
+				}
+				answered.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := answered.Load(); n != int64(2*each) {
+		t.Errorf("%d of %d requests answered: nothing of the others reached the backend, they could have been sent again", n, 2*each)
+	}
+}
+
+// TestAnswerNamingAnotherRequestIsRefused: each request carries an X-Request-Id, and an answer
+// that echoes another request's id (here a duplicate of the first answer, which the backend sends
+// only once the second request has arrived, so that no look at the connection can tell it from
+// the second's answer) is refused: the second request gets an error, never the first's bytes, and
+// the connection goes; the next request is answered on a new one.
+func TestAnswerNamingAnotherRequestIsRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var accepted atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				var last string // the previous answer on this connection
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					who, _ := io.ReadAll(req.Body)
+					answer := fmt.Sprintf("HTTP/1.1 200 OK\r\nX-Request-Id: %s\r\nContent-Length: %d\r\n\r\n%s", req.Header.Get("X-Request-Id"), len(who), who)
+					if _, err := io.WriteString(c, last+answer); err != nil {
+						return
+					}
+					last = answer
+				}
+			}()
+		}
+	}()
+	p, m, _ := onePool(t, "http://"+ln.Addr().String()+"/v1")
+	do := func(who string) (string, error) {
+		resp, err := p.Do(context.Background(), Call{Model: m, Path: "/x", Body: func(catalog.Backend) []byte { return []byte(who) }, OrgID: who})
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	if got, err := do("org_a"); err != nil || got != "org_a" {
+		t.Fatalf("the first request read %q, %v", got, err)
+	}
+	got, err := do("org_b")
+	var ue *Error
+	if !errors.As(err, &ue) || !errors.Is(err, errAnotherAnswer) {
+		t.Fatalf("the second request read %q, %v; want the backend's error", got, err)
+	}
+	if got, err := do("org_c"); err != nil || got != "org_c" {
+		t.Fatalf("the third request read %q, %v", got, err)
+	}
+	if n := accepted.Load(); n != 2 {
+		t.Errorf("%d connections, want 2: the one that carried another's answer was reused", n)
+	}
+}
+
+// TestRequestIDsOfOthersAreNotChecked: an answer whose X-Request-Id is not one of the pool's (a
+// proxy in front of the backend stamps its own) cannot be checked, and is taken; the request
+// carried an id of the pool's.
+func TestRequestIDsOfOthersAreNotChecked(t *testing.T) {
+	sent := make(chan string, 1)
+	srv := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) {
+		sent <- r.Header.Get("X-Request-Id")
+		w.Header().Set("X-Request-Id", "3f2c9a50-proxy")
+		io.WriteString(w, "{}")
+	})
+	p, m, _ := onePool(t, srv.URL+"/v1")
+	doOK(t, p, m)
+	if id := <-sent; !strings.HasPrefix(id, requestIDPrefix) || len(id) < len(requestIDPrefix)+20 {
+		t.Errorf("the request carried X-Request-Id %q, want a random id of the pool's", id)
+	}
 }

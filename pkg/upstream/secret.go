@@ -1,6 +1,9 @@
 package upstream
 
-import "net/http"
+import (
+	"maps"
+	"net/http"
+)
 
 // TokenSource gives backends their bearer token at run time, for a token that rotates (a
 // Secrets Manager secret): the pool asks for it on every request and tells it when a backend
@@ -14,19 +17,19 @@ type TokenSource interface {
 	Refused()
 }
 
-// headerFor is the header of a backend's request: the shared one, or a copy with the source's
-// token. A token with a line break could add header lines: the source refuses those
-// (pkg/secret), and this drops it too.
-func (be *backend) headerFor() http.Header {
+// headerFor is the header of a backend's request: a copy of the shared one, with the request's
+// id and the source's token. A token with a line break could add header lines: the source
+// refuses those (pkg/secret), and this drops it too.
+func (be *backend) headerFor(requestID string) http.Header {
+	h := make(http.Header, len(be.header)+2)
+	maps.Copy(h, be.header) // the values are shared, and nothing writes them
+	h[requestIDHeader] = []string{requestID}
 	if be.token == nil {
-		return be.header
+		return h
 	}
-	tok := be.token.Token()
-	if tok == "" || !validToken(tok) {
-		return be.header
+	if tok := be.token.Token(); tok != "" && validToken(tok) {
+		h["Authorization"] = []string{"Bearer " + tok}
 	}
-	h := be.header.Clone()
-	h.Set("Authorization", "Bearer "+tok)
 	return h
 }
 

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"io"
 	"net"
@@ -23,6 +24,21 @@ import (
 
 // ErrUnavailable means no backend of the model can take a request now (all unhealthy).
 var ErrUnavailable = errors.New("no healthy backend")
+
+// errAnotherAnswer is an answer that names another request than the one it came for.
+var errAnotherAnswer = errors.New("the answer names another request")
+
+// requestIDHeader names each request to a backend, with requestIDPrefix and a random part. vLLM
+// started with --enable-request-id-headers answers with the same header and the same id (its
+// XRequestIdMiddleware), and names the request after it in its logs and its answer's id; a server
+// that does not know the header ignores it. An answer that carries another id of ours is another
+// request's (a duplicate answer the backend sent late, which reached the connection after the
+// next request was written) and is refused. An answer without the header, or with an id that is
+// not ours (a proxy in between that stamps ids of its own), cannot be checked, and is taken.
+const (
+	requestIDHeader = "X-Request-Id"
+	requestIDPrefix = "kiln-"
+)
 
 // Error is a failure to get response headers from a backend: refused, reset, timed out.
 type Error struct {
@@ -88,15 +104,12 @@ type backend struct {
 // newTransport is what a backend's requests are sent through: kept-alive HTTP/1.1 connections,
 // or HTTP/2 to an https:// backend that offers it. The Transport reads each connection on a
 // goroutine of its own, so a connection the backend closed while idle leaves the pool at once.
-// plain: the backend is on http://, whose connections let an early answer through
-// (earlyAnswerConn).
+// Its HTTP/1.1 connections keep each exchange's bytes to it and let an early answer through
+// (conn); plain: the backend is on http://, else the dial shakes hands for TLS itself, to put the
+// conn above TLS.
 func newTransport(opt Options, plain bool) *http.Transport {
 	dial := (&net.Dialer{Timeout: opt.ConnectTimeout, KeepAlive: 30 * time.Second}).DialContext
-	if plain {
-		dial = dialEarlyAnswer(dial)
-	}
-	return &http.Transport{
-		DialContext:            dial,
+	t := &http.Transport{
 		MaxIdleConns:           maxIdleConns,
 		MaxIdleConnsPerHost:    maxIdleConns,
 		IdleConnTimeout:        idleConnTimeout,
@@ -109,6 +122,12 @@ func newTransport(opt Options, plain bool) *http.Transport {
 		// Model servers' SSE is small and must not be held back by gzip buffering.
 		DisableCompression: true,
 	}
+	if plain {
+		t.DialContext = dialConn(dial)
+	} else {
+		t.DialTLSContext = dialTLS(t, dial)
+	}
+	return t
 }
 
 // New builds a pool for every backend of the catalog.
@@ -164,7 +183,7 @@ type Call struct {
 // Response is a backend's answer whose headers have arrived. The caller must close Body.
 type Response struct {
 	*http.Response
-	Backend catalog.Backend
+	Backend *catalog.Backend
 	pool    *Pool
 	orgID   string
 }
@@ -196,14 +215,17 @@ func (r *Response) StreamStatus(status int) {
 // else is retried. Statuses are returned as they are, and the caller decides what the client sees;
 // the breaker counts refused, reset and timed-out connections, 502, 503 and 504 against the
 // backend, and 429 and other 5xx only once two organizations have seen them (501, "not
-// implemented", is an answer about the request, never a failure).
+// implemented", is an answer about the request, never a failure). Each request is named by a
+// random X-Request-Id, and an answer that echoes another id fails as the backend's error
+// (requestIDHeader).
 func (p *Pool) Do(ctx context.Context, call Call) (*Response, error) {
 	now := p.opt.Now()
 	first := p.pick(call.Model, now, "")
 	if first == nil {
 		return nil, ErrUnavailable
 	}
-	resp, sent, err := p.send(ctx, first, call)
+	id := requestIDPrefix + rand.Text() // random: the id may reach the client in the answer's id
+	resp, sent, err := p.send(ctx, first, call, id)
 	if err == nil {
 		return resp, nil
 	}
@@ -214,7 +236,7 @@ func (p *Pool) Do(ctx context.Context, call Call) (*Response, error) {
 	if second == nil {
 		return nil, err
 	}
-	resp, _, err = p.send(ctx, second, call)
+	resp, _, err = p.send(ctx, second, call, id)
 	return resp, err
 }
 
@@ -235,8 +257,8 @@ func (p *Pool) pick(model *catalog.Model, now time.Time, skip string) *backend {
 	return nil
 }
 
-func (p *Pool) send(ctx context.Context, be *backend, call Call) (*Response, bool, error) {
-	resp, sent, err := be.roundTrip(ctx, call.Path, call.Body)
+func (p *Pool) send(ctx context.Context, be *backend, call Call, id string) (*Response, bool, error) {
+	resp, sent, err := be.roundTrip(ctx, call.Path, call.Body, id)
 	if err != nil {
 		if ctx.Err() == nil {
 			be.breaker.failure(p.opt.Now(), p.opt, failureUnhealthy, call.OrgID)
@@ -251,7 +273,7 @@ func (p *Pool) send(ctx context.Context, be *backend, call Call) (*Response, boo
 	} else {
 		be.breaker.success()
 	}
-	return &Response{Response: resp, Backend: be.cfg, pool: p, orgID: call.OrgID}, true, nil
+	return &Response{Response: resp, Backend: &be.cfg, pool: p, orgID: call.OrgID}, true, nil
 }
 
 // statusFailure classifies a backend's status for its breaker. 502, 503 and 504 come from the
@@ -273,13 +295,13 @@ func statusFailure(status int) (failureKind, bool) {
 
 // roundTrip sends a request through the backend's transport and returns once the response
 // headers have arrived. sent reports whether any byte of the request may have reached the
-// backend: over an earlyAnswerConn, whether any left on it; otherwise whether the trace's
+// backend: over a conn, whether any left on it; otherwise whether the trace's
 // WroteHeaders came, which it does once the header lines are in the connection's write buffer,
 // before any of them can have left. A request that nothing of left on a kept-alive connection is
 // sent once more: the connection was broken (a backend closes one as it answers early, and
 // another request may take it from the pool before the Transport sees that). The Transport
 // itself sends again only what it wrote nothing of from a request that fits its write buffer.
-func (be *backend) roundTrip(ctx context.Context, path string, body func(catalog.Backend) []byte) (*http.Response, bool, error) {
+func (be *backend) roundTrip(ctx context.Context, path string, body func(catalog.Backend) []byte, id string) (*http.Response, bool, error) {
 	var b *requestBody
 	if payload := body(be.cfg); len(payload) > 0 {
 		b = &requestBody{full: payload}
@@ -287,47 +309,64 @@ func (be *backend) roundTrip(ctx context.Context, path string, body func(catalog
 		defer b.forget()
 	}
 	for first := true; ; first = false {
-		resp, sent, stale, err := be.send(ctx, path, b)
+		resp, sent, stale, err := be.send(ctx, path, b, id)
 		if err == nil || sent || !stale || !first || ctx.Err() != nil {
 			return resp, sent, err
 		}
 	}
 }
 
-// send is one attempt of roundTrip. stale: it failed on a kept-alive connection before anything
-// of it left.
-func (be *backend) send(ctx context.Context, path string, b *requestBody) (resp *http.Response, sent, stale bool, err error) {
-	// The request's own context, which its response body cancels to cut a body it does not read
-	// to the end (see responseBody).
-	ctx, cancel := context.WithCancel(ctx)
+// send is one attempt of roundTrip, for the request named id. stale: it failed on a kept-alive
+// connection before anything of it left.
+func (be *backend) send(ctx context.Context, path string, b *requestBody, id string) (resp *http.Response, sent, stale bool, err error) {
 	a := new(attempt)
 	a.trace.GotConn = func(info httptrace.GotConnInfo) {
-		if c, ok := info.Conn.(*earlyAnswerConn); ok {
-			c.start()
+		if c, ok := info.Conn.(*conn); ok {
+			a.unsure.Store(!c.start(ctx))
 			a.conn.Store(c)
 			a.reused.Store(info.Reused)
+		}
+	}
+	a.trace.PutIdleConn = func(err error) {
+		if c := a.conn.Load(); c != nil && err == nil {
+			c.answered()
 		}
 	}
 	a.trace.WroteHeaders = func() { a.wroteHeaders.Store(true) }
 	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, &a.trace), http.MethodPost, be.base+path, nil)
 	if err != nil {
-		cancel()
 		return nil, false, false, err
 	}
-	req.Header = be.headerFor()
+	req.Header = be.headerFor(id)
 	if b != nil {
 		a.trace.WroteRequest = b.written
 		req.Body, req.GetBody, req.ContentLength = b.reader(), b.again, int64(len(b.full))
 	}
 	resp, err = be.transport.RoundTrip(req)
 	if err != nil {
-		cancel()
 		if c := a.conn.Load(); c != nil {
 			return nil, c.sent(), !c.sent() && a.reused.Load(), err
 		}
 		return nil, a.wroteHeaders.Load(), false, err
 	}
-	resp.Body = &responseBody{body: resp.Body, cancel: cancel}
+	if a.unsure.Load() {
+		// The caller left before the connection was known to hold nothing of another answer.
+		err = context.Cause(ctx)
+	} else if got := resp.Header.Get(requestIDHeader); got != id && strings.HasPrefix(got, requestIDPrefix) {
+		err = errAnotherAnswer
+	}
+	if err != nil {
+		// Whatever follows on the connection is suspect too: it goes, also when the answer had no
+		// body and the Transport has pooled it already.
+		resp.Body.Close()
+		if c := a.conn.Load(); c != nil {
+			c.Close()
+		} else {
+			be.transport.CloseIdleConnections()
+		}
+		return nil, true, false, err
+	}
+	resp.Body = &responseBody{body: resp.Body}
 	return resp, true, false, nil
 }
 
@@ -336,18 +375,19 @@ type attempt struct {
 	trace        httptrace.ClientTrace
 	wroteHeaders atomic.Bool
 	reused       atomic.Bool
-	conn         atomic.Pointer[earlyAnswerConn]
+	unsure       atomic.Bool // the caller left while the request waited to start on conn
+	conn         atomic.Pointer[conn]
 }
 
 // responseBody is a backend's response body. Read to its end, it leaves its connection to the
 // Transport's pool. Closed before its end, it reads on for a moment, and the connection stays if
 // the end comes in that time: a stream's chunked encoding ends a moment after its [DONE] event,
 // which is where a relay stops reading. A body whose end does not come soon (a stream cut in its
-// middle), or that is closed while another goroutine reads it, has its request cancelled: the
-// Transport closes the connection, which ends the read and stops the backend.
+// middle), or that is closed while another goroutine reads it, is closed before its end: the
+// Transport closes the connection (on HTTP/2 it resets the stream), which ends the read and stops
+// the backend.
 type responseBody struct {
-	body   io.ReadCloser
-	cancel context.CancelFunc // the request's context
+	body io.ReadCloser
 
 	mu      sync.Mutex
 	reading bool // a Read is under way
@@ -387,11 +427,9 @@ func (b *responseBody) Close() error {
 	b.closed = true
 	reading, ended := b.reading, b.ended
 	b.mu.Unlock()
-	defer b.cancel()
-	if reading {
-		b.cancel()
-	} else if !ended {
-		cut := time.AfterFunc(drainFor, b.cancel)
+	if !reading && !ended {
+		// The Transport's body may be closed while it is read: that ends the read.
+		cut := time.AfterFunc(drainFor, func() { b.body.Close() })
 		_, _ = io.CopyN(io.Discard, b.body, maxDrain)
 		cut.Stop()
 	}
@@ -444,12 +482,6 @@ func (r *requestBody) written(httptrace.WroteRequestInfo) {
 // forget drops the body kept for retries.
 func (r *requestBody) forget() { r.full = nil }
 
-// Healthy reports whether the named backend's breaker lets requests through at now.
-func (p *Pool) Healthy(name string, now time.Time) bool {
-	be := p.backends[name]
-	return be != nil && be.breaker.peek(now)
-}
-
 // failureKind is what a failure says about a backend.
 type failureKind int
 
@@ -489,12 +521,6 @@ func (b *breaker) allow(now time.Time) bool {
 	}
 	b.trial = true
 	return true
-}
-
-func (b *breaker) peek(now time.Time) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.openUntil.IsZero() || (!now.Before(b.openUntil) && !b.trial)
 }
 
 func (b *breaker) success() {

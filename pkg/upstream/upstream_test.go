@@ -40,6 +40,19 @@ func model(backends ...catalog.Backend) *catalog.Catalog {
 
 func body(catalog.Backend) []byte { return []byte(`{"model":"m"}`) }
 
+// healthy reports whether the named backend's breaker would let a request through at now,
+// without taking a half-open trial.
+func (p *Pool) healthy(name string, now time.Time) bool {
+	be := p.backends[name]
+	if be == nil {
+		return false
+	}
+	b := &be.breaker
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.openUntil.IsZero() || (!now.Before(b.openUntil) && !b.trial)
+}
+
 type clock struct{ t atomic.Pointer[time.Time] }
 
 func newClock() *clock               { c := &clock{}; now := time.Unix(1_800_000_000, 0); c.t.Store(&now); return c }
@@ -147,7 +160,7 @@ func TestBreakerOpensAndRecovers(t *testing.T) {
 			t.Fatalf("closed again: %v", err)
 		}
 	}
-	if !p.Healthy("b", clk.Now()) {
+	if !p.healthy("b", clk.Now()) {
 		t.Error("Healthy = false after recovery")
 	}
 }
@@ -306,7 +319,7 @@ func TestAbandonedTrialDoesNotWedgeTheBreaker(t *testing.T) {
 	if _, err := p.Do(ctx, Call{Model: c.Models[0], Path: "/x", Body: body, OrgID: "org_a"}); err == nil {
 		t.Fatal("want the caller's timeout")
 	}
-	if !p.Healthy("b", clk.Now()) {
+	if !p.healthy("b", clk.Now()) {
 		t.Error("a trial whose caller left keeps the breaker half-open forever")
 	}
 }
