@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -75,6 +77,48 @@ func stdObject(t *testing.T, raw []byte) (keys []string, dup, anyDup bool, depth
 	return keys, dup, anyDup, depth, true
 }
 
+// stdChoices reads a chunk's choices with encoding/json as ChunkChoice documents them; ok is false
+// for a delta that is neither an object nor null.
+func stdChoices(raw json.RawMessage) (choices []ChunkChoice, ok bool) {
+	var elements []json.RawMessage
+	if raw == nil || raw[0] != '[' || json.Unmarshal(raw, &elements) != nil {
+		return nil, true
+	}
+	text := func(v json.RawMessage) string {
+		var s string
+		if json.Unmarshal(v, &s) == nil && v[0] == '"' {
+			return s
+		}
+		if len(v) <= 2 || v[0] == 'n' {
+			return ""
+		}
+		return string(v)
+	}
+	for _, e := range elements {
+		var c ChunkChoice
+		var m, delta map[string]json.RawMessage
+		if e[0] == '{' && json.Unmarshal(e, &m) == nil {
+			if v, found := m["index"]; found {
+				if n, err := strconv.Atoi(string(v)); err == nil && n >= 0 {
+					c.Index = n
+				} else {
+					c.Index = -1
+				}
+			}
+			c.Text, c.FinishReason = text(m["text"]), text(m["finish_reason"])
+			if v := m["delta"]; v != nil && (v[0] != '{' && v[0] != 'n' || json.Unmarshal(v, &delta) != nil) {
+				return nil, false
+			}
+			c.Delta.Content, c.Delta.ReasoningContent, c.Delta.Reasoning = text(delta["content"]), text(delta["reasoning_content"]), text(delta["reasoning"])
+			if v, found := delta["tool_calls"]; found {
+				c.Delta.ToolCalls = jsontext.Value(v)
+			}
+		}
+		choices = append(choices, c)
+	}
+	return choices, true
+}
+
 func FuzzParseObject(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		fields, err := ParseObject(nil, raw)
@@ -130,6 +174,15 @@ func FuzzParseObject(f *testing.F) {
 		}
 		if len(m) != len(fields) {
 			t.Fatalf("%d fields, encoding/json sees %d keys", len(fields), len(m))
+		}
+		// ParseChunk reads the choices as encoding/json does, where no name is written twice
+		// (which TestInspectChoice covers).
+		var chunk ChatCompletionChunk
+		_, chunkErr := ParseChunk(nil, raw, &chunk)
+		if _, _, anyDup, _, _ := stdObject(t, raw); !anyDup {
+			if want, ok := stdChoices(m["choices"]); ok != (chunkErr == nil) || ok && !reflect.DeepEqual(chunk.Choices, want) {
+				t.Fatalf("ParseChunk(%q) read %+v, %v; encoding/json reads %+v, %v", raw, chunk.Choices, chunkErr, want, ok)
+			}
 		}
 		for _, fl := range fields {
 			key := fl.Key(raw)

@@ -69,29 +69,10 @@ func count(v jsontext.Value) (int64, error) {
 // other byte is copied as it is. usage is valid JSON, read with the answer or chunk that carries
 // it (ParseCompletion, ParseChunk); one that is not an object is appended unchanged.
 func AppendWithCost(dst, usage, cost []byte) []byte {
-	usage = bytes.TrimSpace(usage) // as Rewrite copies no whitespace around the object
-	if at, ok := lastMemberEnd(usage); ok {
-		// No member can be named cost: it goes after the last one, without parsing usage again.
-		dst = append(append(append(dst, usage[:at]...), `,"cost":`...), cost...)
-		return append(dst, usage[at:]...)
-	}
 	var buf [16]Field
 	fields, err := ParseObject(buf[:0], usage)
 	if err != nil {
-		return append(dst, usage...)
+		return append(dst, bytes.TrimSpace(usage)...) // as Rewrite copies no whitespace around the object
 	}
 	return Rewrite(dst, usage, fields, Edit{Key: "cost", Value: cost})
-}
-
-// lastMemberEnd returns where the last member of usage, valid JSON, ends, when usage is an object
-// with members none of whose keys can be "cost": no "cost" and no escape is written in it. ok is
-// false otherwise.
-func lastMemberEnd(usage []byte) (at int, ok bool) {
-	if len(usage) < 2 || usage[0] != '{' || usage[len(usage)-1] != '}' ||
-		bytes.Contains(usage, []byte(`"cost"`)) || bytes.IndexByte(usage, '\\') >= 0 {
-		return 0, false
-	}
-	for at = len(usage) - 1; isSpace(usage[at-1]); at-- {
-	}
-	return at, usage[at-1] != '{'
 }

@@ -1,8 +1,6 @@
 package openai
 
 import (
-	"bytes"
-	"cmp"
 	"fmt"
 	"strconv"
 	"unicode/utf8"
@@ -78,41 +76,31 @@ func (r *ChatCompletionRequest) Read(raw []byte, fields []Field) {
 // an object and returns its kind (0 when every element is one).
 func ReadMessages(dst []ChatCompletionMessage, messages jsontext.Value) ([]ChatCompletionMessage, jsontext.Kind, error) {
 	dst = dst[:0]
-	d := decoders.Get().(*decoder)
-	defer decoders.Put(d)
-	d.src = *bytes.NewBuffer(messages)
-	d.dec.Reset(&d.src, lenient)
-	if tok, err := d.dec.ReadToken(); err != nil || tok.Kind() != '[' {
-		return dst, 0, cmp.Or(err, fmt.Errorf("expected an array, found %v", tok.Kind()))
+	if len(messages) == 0 || messages[0] != '[' {
+		return dst, 0, fmt.Errorf("expected an array, found %v", messages.Kind())
 	}
-	for k := d.dec.PeekKind(); k != ']'; k = d.dec.PeekKind() {
-		if k != '{' {
-			return dst, k, nil
+	var notObject jsontext.Kind
+	_, err := readElements(messages, 0, func(at int) (int, error) {
+		if k := messages[at:].Kind(); k != '{' {
+			notObject = k
+			return len(messages), nil // the first element that is not an object ends the reading
 		}
 		dst = append(dst, ChatCompletionMessage{})
 		m := &dst[len(dst)-1]
-		err := readObject(d.dec, func(name []byte) error {
-			var member *jsontext.Value
+		return readMembers(messages, at, func(name []byte, at int) (int, error) {
+			end := skipValue(messages, at)
 			switch string(name) {
 			case "role":
-				member = &m.Role
+				m.Role = messages[at:end:end]
 			case "tool_call_id":
-				member = &m.ToolCallID
+				m.ToolCallID = messages[at:end:end]
 			case "content":
-				member = &m.Content
-			default:
-				return d.dec.SkipValue()
+				m.Content = messages[at:end:end]
 			}
-			v, err := d.dec.ReadValue()
-			end := int(d.dec.InputOffset())
-			*member = messages[end-len(v) : end : end] // the request's bytes, not the decoder's
-			return err
+			return end, nil
 		})
-		if err != nil {
-			return dst, 0, err
-		}
-	}
-	return dst, 0, nil
+	})
+	return dst, notObject, err
 }
 
 // ContentPart is one element of a message's content array: text, image_url, input_audio, file.
@@ -144,28 +132,26 @@ type Choice struct {
 	FinishReason string `json:"finish_reason,omitzero"` // "" unless a string
 }
 
-// readChoices reads the array of choices at dec, as ChatCompletionChunk's does.
-func (c *ChatCompletion) readChoices(dec *jsontext.Decoder) error {
-	var err error
-	c.Choices, err = readArray(dec, c.Choices[:0])
-	return err
+// readChoices reads the array of choices at v[i], as ChatCompletionChunk's does.
+func (c *ChatCompletion) readChoices(v []byte, i int) (end int, err error) {
+	c.Choices, end, err = readArray(v, i, c.Choices[:0])
+	return end, err
 }
 
 func (c *ChatCompletion) setUsage(v jsontext.Value) { c.Usage = v }
 
-// UnmarshalJSONFrom reads a choice: of its members, only finish_reason, and only a string.
-func (c *Choice) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+// UnmarshalJSONFrom reads a choice.
+func (c *Choice) UnmarshalJSONFrom(dec *jsontext.Decoder) error { return readValue(dec, c.read) }
+
+// read reads a choice, the object at v[i]: of its members, only finish_reason, and only a string.
+func (c *Choice) read(v []byte, i int) (end int, err error) {
 	*c = Choice{}
-	return readObject(dec, func(name []byte) error {
-		if string(name) != "finish_reason" {
-			return dec.SkipValue()
+	return readMembers(v, i, func(name []byte, at int) (int, error) {
+		end := skipValue(v, at)
+		if string(name) == "finish_reason" {
+			c.FinishReason, _ = String(v[at:end]) // of a name written twice, the last counts
 		}
-		if c.FinishReason = ""; dec.PeekKind() != '"' {
-			return dec.SkipValue() // of a name written twice, the last counts
-		}
-		tok, err := dec.ReadToken()
-		c.FinishReason = tok.String()
-		return err
+		return end, nil
 	})
 }
 
@@ -202,107 +188,106 @@ func (d *ChunkDelta) Generated() bool {
 	return d.Content != "" || d.ReasoningContent != "" || d.Reasoning != "" || len(d.ToolCalls) > 2 && d.ToolCalls.Kind() != 'n'
 }
 
-// A relay reads every chunk's choices, so ChunkChoice and ChunkDelta read their tokens
-// themselves: json.Unmarshal's reflection took three times as long on a typical choice
-// (BenchmarkDecodeChunkChoices). Both start afresh, so that of a member written twice, which
-// the client's JSON parser reads as the last one, nothing of the first remains.
+// A relay reads every chunk's choices, so ChunkChoice and ChunkDelta read their members from the
+// text the library has validated themselves (see readMembers): json.Unmarshal's reflection took
+// three times as long on a typical choice (BenchmarkDecodeChunkChoices). Both start afresh, so
+// that of a member written twice, which the client's JSON parser reads as the last one, nothing
+// of the first remains.
 
-// readChoices reads the array of choices at dec. An element that is not an object reads as a
+// readChoices reads the array of choices at v[i]. An element that is not an object reads as a
 // choice without members.
-func (c *ChatCompletionChunk) readChoices(dec *jsontext.Decoder) error {
-	var err error
-	c.Choices, err = readArray(dec, c.Choices[:0])
-	return err
+func (c *ChatCompletionChunk) readChoices(v []byte, i int) (end int, err error) {
+	c.Choices, end, err = readArray(v, i, c.Choices[:0])
+	return end, err
 }
 
 func (c *ChatCompletionChunk) setUsage(v jsontext.Value) { c.Usage = v }
 
-// readArray appends the elements of the array at dec to dst. An element that is not an object
-// reads as the zero value.
+// readArray appends the elements of the valid array at v[i] to dst and returns where the array
+// ends. An element that is not an object reads as the zero value.
 func readArray[T any, PT interface {
 	*T
-	UnmarshalJSONFrom(*jsontext.Decoder) error
-}](dec *jsontext.Decoder, dst []T) ([]T, error) {
-	if _, err := dec.ReadToken(); err != nil { // the '['
-		return dst, err
-	}
-	for dec.PeekKind() != ']' {
+	read(v []byte, i int) (end int, err error)
+}](v []byte, i int, dst []T) ([]T, int, error) {
+	end, err := readElements(v, i, func(at int) (int, error) {
 		var zero T
 		dst = append(dst, zero)
-		var err error
-		if dec.PeekKind() == '{' {
-			err = PT(&dst[len(dst)-1]).UnmarshalJSONFrom(dec)
-		} else {
-			err = dec.SkipValue()
+		if v[at] != '{' {
+			return skipValue(v, at), nil
 		}
-		if err != nil {
-			return dst, err
-		}
+		return PT(&dst[len(dst)-1]).read(v, at)
+	})
+	return dst, end, err
+}
+
+// readValue reads the next value of dec with read, so that a wire type reads a value the same
+// way whether Decode or ParseChunk hands it over.
+func readValue(dec *jsontext.Decoder, read func(v []byte, i int) (int, error)) error {
+	v, err := dec.ReadValue()
+	if err == nil {
+		_, err = read(v, 0)
 	}
-	_, err := dec.ReadToken()
-	return dst, err
+	return err
 }
 
 // UnmarshalJSONFrom reads a choice.
-func (c *ChunkChoice) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+func (c *ChunkChoice) UnmarshalJSONFrom(dec *jsontext.Decoder) error { return readValue(dec, c.read) }
+
+// read reads a choice, the object at v[i].
+func (c *ChunkChoice) read(v []byte, i int) (end int, err error) {
 	*c = ChunkChoice{}
-	return readObject(dec, func(name []byte) (err error) {
-		switch string(name) {
-		case "index":
-			var v jsontext.Value
-			if v, err = dec.ReadValue(); err == nil {
-				if c.Index, err = strconv.Atoi(string(v)); err != nil || c.Index < 0 {
-					c.Index, err = -1, nil
-				}
-			}
-		case "delta":
-			err = c.Delta.UnmarshalJSONFrom(dec)
-		case "text":
-			c.Text, err = readText(dec)
-		case "finish_reason":
-			c.FinishReason, err = readText(dec)
-		default:
-			err = dec.SkipValue()
+	return readMembers(v, i, func(name []byte, at int) (int, error) {
+		if string(name) == "delta" {
+			return c.Delta.read(v, at)
 		}
-		return err
+		end := skipValue(v, at)
+		switch value := v[at:end]; string(name) {
+		case "index":
+			var err error
+			if c.Index, err = strconv.Atoi(string(value)); err != nil || c.Index < 0 {
+				c.Index = -1
+			}
+		case "text":
+			c.Text = text(value)
+		case "finish_reason":
+			c.FinishReason = text(value)
+		}
+		return end, nil
 	})
 }
 
 // UnmarshalJSONFrom reads a delta.
-func (d *ChunkDelta) UnmarshalJSONFrom(dec *jsontext.Decoder) error {
+func (d *ChunkDelta) UnmarshalJSONFrom(dec *jsontext.Decoder) error { return readValue(dec, d.read) }
+
+// read reads a delta, the object at v[i].
+func (d *ChunkDelta) read(v []byte, i int) (end int, err error) {
 	*d = ChunkDelta{}
-	return readObject(dec, func(name []byte) (err error) {
-		switch string(name) {
+	return readMembers(v, i, func(name []byte, at int) (int, error) {
+		end := skipValue(v, at)
+		switch value := v[at:end]; string(name) {
 		case "content":
-			d.Content, err = readText(dec)
+			d.Content = text(value)
 		case "reasoning_content":
-			d.ReasoningContent, err = readText(dec)
+			d.ReasoningContent = text(value)
 		case "reasoning":
-			d.Reasoning, err = readText(dec)
+			d.Reasoning = text(value)
 		case "tool_calls":
-			var v jsontext.Value
-			if v, err = dec.ReadValue(); err == nil {
-				d.ToolCalls = append(d.ToolCalls[:0], v...)
-			}
-		default:
-			err = dec.SkipValue()
+			d.ToolCalls = append(d.ToolCalls[:0], value...) // a decoder's bytes last only until its next read
 		}
-		return err
+		return end, nil
 	})
 }
 
-// readText reads a string member; any other value reads as "" unless it holds something (an
-// array of content parts), which reads as written.
-func readText(dec *jsontext.Decoder) (string, error) {
-	if dec.PeekKind() == '"' {
-		tok, err := dec.ReadToken()
-		return tok.String(), err
+// text reads a string member; any other value reads as "" unless it holds something (an array
+// of content parts), which reads as written.
+func text(v jsontext.Value) string {
+	if s, ok := String(v); ok {
+		return s
 	}
-	v, err := dec.ReadValue()
-	if err != nil || len(v) <= 2 || v.Kind() == 'n' {
-		return "", err
+	if len(v) <= 2 || v.Kind() == 'n' {
+		return ""
 	}
-	return string(v), nil
+	return string(v)
 }
 
 // Usage is a usage object's token counts (CompletionUsage in OpenAI's reference).
@@ -358,7 +343,16 @@ func String(v jsontext.Value) (s string, ok bool) {
 	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' && simple(v[1:len(v)-1]) {
 		return string(v[1 : len(v)-1]), true
 	}
-	return s, v.Kind() == '"' && Decode(v, &s) == nil
+	if v.Kind() != '"' {
+		return "", false
+	}
+	return decodeString(v)
+}
+
+// decodeString is String for a string with escapes or beyond printable ASCII. It is apart from
+// String because the string that Decode reads into is allocated, whether it is read or not.
+func decodeString(v jsontext.Value) (s string, ok bool) {
+	return s, Decode(v, &s) == nil
 }
 
 // simple reports whether text between a string's quotes decodes to itself: printable ASCII
