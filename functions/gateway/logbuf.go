@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 )
@@ -79,4 +80,23 @@ func (h flushingHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
 
 func (h flushingHandler) WithGroup(name string) slog.Handler {
 	return flushingHandler{h.Handler.WithGroup(name), h.b}
+}
+
+// unsolicited starts the line net/http's Transport logs when a backend sent bytes no request
+// asked for, followed by up to a read buffer of those bytes.
+const unsolicited = "Unsolicited response received on idle HTTP channel"
+
+// stdLog is the standard library's log (the log package's default logger, which net/http writes
+// to), turned into warnings of a structured logger. The Transport's unsolicited-response line
+// quotes what the backend sent beyond an answer: another request's completion, which never
+// reaches a log (CONTRACT.md §10). That line keeps its first words only.
+type stdLog struct{ log *slog.Logger }
+
+func (s stdLog) Write(p []byte) (int, error) {
+	msg := strings.TrimSuffix(string(p), "\n")
+	if i := strings.Index(msg, unsolicited); i >= 0 {
+		msg = msg[:i+len(unsolicited)] + "; its bytes are not logged: they may be another request's answer"
+	}
+	s.log.Warn(msg)
+	return len(p), nil
 }

@@ -1,8 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
+	"io"
+	stdlog "log"
 	"log/slog"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +72,56 @@ func TestLoggerFlushesOnItsOwn(t *testing.T) {
 			t.Fatalf("%d lines of %d bytes held", i, len(long))
 		}
 		log.Info("request", slog.String("pad", long))
+	}
+}
+
+// TestUnsolicitedBytesAreNotLogged: a backend that follows its answer with another one makes
+// net/http's Transport log the bytes it did not ask for; through stdLog the line is a warning
+// that holds none of them.
+func TestUnsolicitedBytesAreNotLogged(t *testing.T) {
+	const secret = "another organization's completion"
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_, _ = bufio.NewReader(c).ReadString('\n') // the request line is enough
+		reply := func(body string) string {
+			return fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		}
+		_, _ = io.WriteString(c, reply("{}")+reply(secret))
+		time.Sleep(5 * time.Second)
+	}()
+	out := &syncBuffer{}
+	prevOut, prevFlags := stdlog.Writer(), stdlog.Flags()
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(stdLog{slog.New(slog.NewJSONHandler(out, nil))})
+	defer func() { stdlog.SetOutput(prevOut); stdlog.SetFlags(prevFlags) }()
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Get("http://" + ln.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(out.String(), unsolicited); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the Transport logged no unsolicited response: %q", out.String())
+		}
+	}
+	var line struct{ Level, Msg string }
+	if err := json.Unmarshal([]byte(lines(out.String())[0]), &line); err != nil || line.Level != "WARN" {
+		t.Errorf("line %q (%v), want a JSON warning", out.String(), err)
+	}
+	if strings.Contains(out.String(), "organization") {
+		t.Errorf("the log holds the unsolicited bytes: %s", out.String())
 	}
 }

@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"fmt"
+	stdlog "log"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -40,6 +41,8 @@ func main() {
 			runtime.GOMAXPROCS(1)
 		}
 		log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+		stdlog.SetFlags(0)
+		stdlog.SetOutput(stdLog{log})
 		h, err := lambdaHandler(context.Background(), cfg, os.Getenv, log)
 		if err != nil {
 			log.Error("gateway did not start", slog.String("error", err.Error()))
@@ -49,6 +52,8 @@ func main() {
 		return
 	}
 	log, flushLog := newLogger(os.Stderr, level, logFlushEvery)
+	stdlog.SetFlags(0)
+	stdlog.SetOutput(stdLog{log})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err = serve(ctx, cfg, os.Getenv, log, os.Stdout)
 	stop()
