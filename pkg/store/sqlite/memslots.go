@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
@@ -23,9 +22,10 @@ import (
 // in this process or another, so the memory of this one sees every slot there is; a crashed
 // gateway's slots go with its process. kilnctl and other Stores opened without OwnSlots keep
 // using the leases table, which the owner keeps a copy of its slots in, so that `kilnctl org
-// show` lists them: mirrorEvery after the first change it has not copied, a goroutine rewrites
-// it, in a write that shares the settlements' commits, so the copy is at most that and a commit
-// or two behind; slots that are back to what the table holds before then are not copied.
+// show` lists them: mirrorEvery after the first change it has not copied, a goroutine writes the
+// holders that changed since its last copy, in a write that shares the settlements' commits, so
+// the copy is at most that and a commit or two behind; slots that are back to what the table
+// holds before then are not copied.
 
 // LockName is the lock file a Store with OwnSlots holds in its directory.
 const LockName = "gateway.lock"
@@ -36,10 +36,10 @@ const LockName = "gateway.lock"
 type memSlots struct {
 	mu      sync.Mutex
 	holders map[string]map[string]slot
-	changed bool          // since the last snapshot
-	wake    chan struct{} // the mirror has a change to copy
-	copy    *time.Timer   // wakes the mirror mirrorEvery after the first change it has not copied
-	armed   bool          // copy is running
+	changed map[holder]struct{} // the holders changed since the last changes
+	wake    chan struct{}       // the mirror has a change to copy
+	copy    *time.Timer         // wakes the mirror mirrorEvery after the first change it has not copied
+	armed   bool                // copy is running
 	// tableEmpty: the leases table holds no slot (the mirror's last copy was empty).
 	tableEmpty bool
 }
@@ -49,8 +49,18 @@ type slot struct {
 	expires, reserved int64
 }
 
+// holder names one holder of an organization's slots.
+type holder struct{ orgID, holderID string }
+
+// slotChange is a changed holder as it is now: its slot, or none (held false) once freed.
+type slotChange struct {
+	holder
+	slot
+	held bool
+}
+
 func newMemSlots() *memSlots {
-	m := &memSlots{holders: map[string]map[string]slot{}, wake: make(chan struct{}, 1), tableEmpty: true}
+	m := &memSlots{holders: map[string]map[string]slot{}, changed: map[holder]struct{}{}, wake: make(chan struct{}, 1), tableEmpty: true}
 	m.copy = time.AfterFunc(mirrorEvery, m.wakeMirror)
 	m.copy.Stop()
 	return m
@@ -63,12 +73,12 @@ func (m *memSlots) wakeMirror() {
 	}
 }
 
-// change records that the slots changed; m.mu is held. The mirror copies them mirrorEvery after
-// the first change it has not copied, unless they are back to what the leases table holds by
-// then: at a low rate a request's settlement, a few milliseconds after its admission, leaves no
-// slot, which the table already holds, and nothing wakes between requests.
-func (m *memSlots) change() {
-	m.changed = true
+// change records that the holder's slot changed; m.mu is held. The mirror copies it mirrorEvery
+// after the first change it has not copied, unless the slots are back to what the leases table
+// holds by then: at a low rate a request's settlement, a few milliseconds after its admission,
+// leaves no slot, which the table already holds, and nothing wakes between requests.
+func (m *memSlots) change(orgID, holderID string) {
+	m.changed[holder{orgID, holderID}] = struct{}{}
 	if m.tableEmpty && m.empty() {
 		if m.armed {
 			m.copy.Stop()
@@ -106,7 +116,7 @@ func (m *memSlots) admit(orgID, holderID string, limit int, balance, reserve, no
 	for h, sl := range held {
 		if sl.expires <= now {
 			delete(held, h)
-			m.change()
+			m.change(orgID, h)
 			continue
 		}
 		reserved += sl.reserved
@@ -121,7 +131,7 @@ func (m *memSlots) admit(orgID, holderID string, limit int, balance, reserve, no
 		return store.ErrSlotsFull
 	}
 	held[holderID] = slot{expires: expires, reserved: reserve}
-	m.change()
+	m.change(orgID, holderID)
 	return nil
 }
 
@@ -159,7 +169,7 @@ func (m *memSlots) renew(orgID, holderID string, now, expires int64) error {
 	}
 	sl.expires = expires
 	m.holders[orgID][holderID] = sl
-	m.change()
+	m.change(orgID, holderID)
 	return nil
 }
 
@@ -171,7 +181,7 @@ func (m *memSlots) release(orgID, holderID string) bool {
 	_, ok := held[holderID]
 	if ok {
 		delete(held, holderID)
-		m.change()
+		m.change(orgID, holderID)
 	}
 	if len(held) == 0 {
 		delete(m.holders, orgID)
@@ -193,38 +203,45 @@ func (m *memSlots) inFlight(orgID string, now int64) []store.Lease {
 	return leases
 }
 
-// copied records that the leases table now holds leases, a snapshot's. A change made while the
-// copy was written was weighed against the table as it was before (change disarms the copy when
-// the slots are back to an empty table), so it is copied in its turn.
-func (m *memSlots) copied(leases []store.Lease) {
+// copied records that the leases table now holds the changes' copy, and whether that left it
+// empty. A change made while the copy was written was weighed against the table as it was before
+// (change disarms the copy when the slots are back to an empty table), so it is copied in its
+// turn.
+func (m *memSlots) copied(tableEmpty bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.tableEmpty = len(leases) == 0
-	if m.changed && !m.armed && !(m.tableEmpty && m.empty()) {
+	m.tableEmpty = tableEmpty
+	if len(m.changed) > 0 && !m.armed && !(m.tableEmpty && m.empty()) {
 		m.copy.Reset(mirrorEvery)
 		m.armed = true
 	}
 }
 
-// snapshot returns every holder when the slots changed since the last snapshot.
-func (m *memSlots) snapshot() (leases []store.Lease, changed bool) {
+// changes returns the holders changed since the last changes, as they are now: what the mirror
+// writes is what changed, not every slot.
+func (m *memSlots) changes() []slotChange {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.armed = false // the next change is one this snapshot does not hold
-	if !m.changed {
-		return nil, false
+	m.armed = false // the next change is one these do not hold
+	if len(m.changed) == 0 {
+		return nil
 	}
-	m.changed = false
-	for org, held := range m.holders {
-		for h, sl := range held {
-			leases = append(leases, store.Lease{OrgID: org, HolderID: h, Expires: store.FromUnixNanos(sl.expires), Reserved: money.Amount(sl.reserved)})
-		}
+	cs := make([]slotChange, 0, len(m.changed))
+	for h := range m.changed {
+		sl, held := m.holders[h.orgID][h.holderID]
+		cs = append(cs, slotChange{h, sl, held})
 	}
-	// In one order, so that two snapshots of the same slots compare equal.
-	slices.SortFunc(leases, func(a, b store.Lease) int {
-		return cmp.Or(strings.Compare(a.OrgID, b.OrgID), strings.Compare(a.HolderID, b.HolderID))
-	})
-	return leases, true
+	clear(m.changed)
+	return cs
+}
+
+// rechange marks holders changed again, whose copy was not written.
+func (m *memSlots) rechange(cs []slotChange) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, c := range cs {
+		m.changed[c.holder] = struct{}{}
+	}
 }
 
 // ownSlots takes the directory's lock file and starts the mirror; the leases table, whatever an
@@ -240,7 +257,7 @@ func (s *Store) ownSlots() error {
 	}
 	s.lock = lock
 	s.slots, s.orgs = newMemSlots(), newOrgRows()
-	if err := s.mirror(context.Background(), nil); err != nil {
+	if err := s.clearLeases(context.Background()); err != nil {
 		return err
 	}
 	s.mirrorStop = make(chan struct{})
@@ -259,9 +276,9 @@ func (s *Store) ownSlots() error {
 // after every request to find nothing to copy cost a tenth of the gateway's CPU at 20 req/s.
 const mirrorEvery = 50 * time.Millisecond
 
-// mirrorLoop copies the slots to the leases table when memSlots.copy wakes it (the changes made
-// meanwhile are in the same copy), one copy at a time, unless they are what the table holds,
-// until Close.
+// mirrorLoop copies the changed holders to the leases table when memSlots.copy wakes it (the
+// changes made meanwhile are in the same copy), one copy at a time, leaving out those the table
+// already holds as they are, until Close.
 func (s *Store) mirrorLoop() {
 	defer close(s.mirrorDone)
 	pause := time.NewTimer(mirrorEvery)
@@ -275,47 +292,66 @@ func (s *Store) mirrorLoop() {
 			return false
 		}
 	}
-	var held []store.Lease // what the leases table holds: ownSlots emptied it
+	table := map[holder]slot{} // what the leases table holds: ownSlots emptied it
 	for {
 		select {
 		case <-s.slots.wake:
 		case <-s.mirrorStop:
 			return
 		}
-		leases, changed := s.slots.snapshot()
-		if !changed || slices.Equal(leases, held) {
+		cs := slices.DeleteFunc(s.slots.changes(), func(c slotChange) bool {
+			sl, ok := table[c.holder]
+			return ok == c.held && sl == c.slot
+		})
+		if len(cs) == 0 {
 			continue
 		}
-		if err := s.mirror(context.Background(), leases); err != nil {
+		if err := s.mirror(context.Background(), cs); err != nil {
 			// Tried again after a longer pause (the store may be refusing writes for a
 			// while); the slots themselves are in memory and unaffected.
 			if !sleep(time.Second) {
 				return
 			}
-			s.slots.mu.Lock()
-			s.slots.changed = true
-			s.slots.mu.Unlock()
+			s.slots.rechange(cs)
 			s.slots.wakeMirror()
 			continue
 		}
-		held = leases
-		s.slots.copied(held)
+		for _, c := range cs {
+			if c.held {
+				table[c.holder] = c.slot
+			} else {
+				delete(table, c.holder)
+			}
+		}
+		s.slots.copied(len(table) == 0)
 	}
 }
 
-// mirror replaces the leases table's rows with leases, in one write.
-func (s *Store) mirror(ctx context.Context, leases []store.Lease) error {
+// mirror writes changed holders to the leases table, in one write: each slot held is inserted
+// or updated, each freed one deleted.
+func (s *Store) mirror(ctx context.Context, cs []slotChange) error {
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		if _, err := s.stmt(ctx, tx, s.st.mirrorClear).ExecContext(ctx); err != nil {
-			return err
-		}
-		insert := s.stmt(ctx, tx, s.st.mirrorInsert)
-		for _, l := range leases {
-			if _, err := insert.ExecContext(ctx, l.OrgID, l.HolderID, l.Expires.UnixNano(), int64(l.Reserved)); err != nil {
+		put, free := s.stmt(ctx, tx, s.st.mirrorPut), s.stmt(ctx, tx, s.st.mirrorFree)
+		for _, c := range cs {
+			var err error
+			if c.held {
+				_, err = put.ExecContext(ctx, c.orgID, c.holderID, c.expires, c.reserved)
+			} else {
+				_, err = free.ExecContext(ctx, c.orgID, c.holderID)
+			}
+			if err != nil {
 				return err
 			}
 		}
 		return nil
+	})
+}
+
+// clearLeases empties the leases table.
+func (s *Store) clearLeases(ctx context.Context) error {
+	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
+		_, err := s.stmt(ctx, tx, s.st.mirrorClear).ExecContext(ctx)
+		return err
 	})
 }
 
@@ -328,7 +364,7 @@ func (s *Store) releaseSlots() error {
 	close(s.mirrorStop)
 	<-s.mirrorDone
 	s.slots.copy.Stop()
-	return s.mirror(context.Background(), nil)
+	return s.clearLeases(context.Background())
 }
 
 // orgTTL is how long a gateway's Store (OwnSlots) admits on an organization's row without reading

@@ -1,6 +1,10 @@
 package sqlite
 
-import "testing"
+import (
+	"slices"
+	"strings"
+	"testing"
+)
 
 // TestMirrorWakesOnlyForADifference: a slot taken arms the mirror's copy; freed again before the
 // copy, while the leases table holds no slot, it disarms it, so that nothing wakes between
@@ -40,25 +44,57 @@ func TestMirrorCopiesAChangeMadeDuringACopy(t *testing.T) {
 	if err := m.admit("org-a", "gen-1", 2, 100, 0, now, expires); err != nil {
 		t.Fatal(err)
 	}
-	leases, changed := m.snapshot() // the mirror starts its copy of gen-1
-	if !changed || len(leases) != 1 {
-		t.Fatalf("snapshot %v %v", leases, changed)
+	cs := m.changes() // the mirror starts its copy of gen-1
+	if len(cs) != 1 || !cs[0].held {
+		t.Fatalf("changes %v", cs)
 	}
 	m.release("org-a", "gen-1") // meanwhile the slot is freed: the table is still empty
 	if m.armed {
 		t.Fatal("want the copy disarmed against the empty table (what this test is about)")
 	}
-	m.copied(leases) // the copy of gen-1 is written
+	m.copied(false) // the copy of gen-1 is written
 	if !m.armed {
 		t.Fatal("the table holds a slot that is free, and no copy is armed to remove it")
 	}
 
-	leases, changed = m.snapshot() // the copy it armed: no slot
-	if !changed || len(leases) != 0 {
-		t.Fatalf("second snapshot %v %v", leases, changed)
+	cs = m.changes() // the copy it armed: gen-1 freed
+	if len(cs) != 1 || cs[0].held {
+		t.Fatalf("second changes %v", cs)
 	}
-	m.copied(leases) // written: the table is empty, as the slots are
+	m.copied(true) // written: the table is empty, as the slots are
 	if m.armed {
 		t.Fatal("the table and the slots agree, and a copy is still armed")
+	}
+}
+
+// TestMirrorCopiesOnlyWhatChanged: the mirror is given the holders changed since its last copy,
+// as they are now, not every slot: a renewal among many open streams writes one row, not all.
+func TestMirrorCopiesOnlyWhatChanged(t *testing.T) {
+	m := newMemSlots()
+	defer m.copy.Stop()
+	const now, expires = 1, 1_000
+	for _, h := range []string{"gen-1", "gen-2", "gen-3"} {
+		if err := m.admit("org-a", h, 8, 100, 10, now, expires); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cs := m.changes(); len(cs) != 3 {
+		t.Fatalf("%d changes after three admissions, want 3: %v", len(cs), cs)
+	}
+	if err := m.renew("org-a", "gen-2", now, 2_000); err != nil {
+		t.Fatal(err)
+	}
+	m.release("org-a", "gen-3")
+	cs := m.changes()
+	slices.SortFunc(cs, func(a, b slotChange) int { return strings.Compare(a.holderID, b.holderID) })
+	want := []slotChange{
+		{holder{"org-a", "gen-2"}, slot{expires: 2_000, reserved: 10}, true},
+		{holder: holder{"org-a", "gen-3"}},
+	}
+	if !slices.Equal(cs, want) {
+		t.Fatalf("changes after a renewal and a release %v, want %v", cs, want)
+	}
+	if cs := m.changes(); cs != nil {
+		t.Fatalf("changes with nothing changed: %v", cs)
 	}
 }

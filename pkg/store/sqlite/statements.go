@@ -33,8 +33,9 @@ type statements struct {
 	foldMark *sql.Stmt
 	foldDay  *sql.Stmt
 
-	mirrorClear  *sql.Stmt
-	mirrorInsert *sql.Stmt
+	mirrorClear *sql.Stmt
+	mirrorPut   *sql.Stmt
+	mirrorFree  *sql.Stmt
 }
 
 // orgColumns are what scanOrg reads: the reserved credits are those of the leases in the table.
@@ -100,10 +101,12 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 			cost = cost + excluded.cost`},
 
 		{w, &st.mirrorClear, `DELETE FROM leases`},
-		// OR IGNORE: an organization deleted meanwhile (the foreign key) is no reason to lose
-		// the copy of the others.
-		{w, &st.mirrorInsert, `INSERT OR IGNORE INTO leases (org_id, holder_id, expires_at, reserved)
-			SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM orgs WHERE id = ?1)`},
+		// Only for an organization that exists: one deleted meanwhile (the foreign key) is no
+		// reason to lose the copy of the others.
+		{w, &st.mirrorPut, `INSERT INTO leases (org_id, holder_id, expires_at, reserved)
+			SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM orgs WHERE id = ?1)
+			ON CONFLICT (org_id, holder_id) DO UPDATE SET expires_at = excluded.expires_at, reserved = excluded.reserved`},
+		{w, &st.mirrorFree, `DELETE FROM leases WHERE org_id = ? AND holder_id = ?`},
 	} {
 		s, err := p.db.PrepareContext(ctx, p.query)
 		if err != nil {
@@ -122,7 +125,7 @@ func (st *statements) close() error {
 		st.admitCheck, st.admitPurge, st.admitInsert, st.renew,
 		st.settleRelease, st.settleLimit, st.settleUsage, st.settleLedger, st.debit,
 		st.foldMark, st.foldDay,
-		st.mirrorClear, st.mirrorInsert,
+		st.mirrorClear, st.mirrorPut, st.mirrorFree,
 	} {
 		if s != nil {
 			errs = append(errs, s.Close())
