@@ -503,3 +503,20 @@ func TestValidationEchoCleaned(t *testing.T) {
 		t.Errorf("log %s: the prompt reached it, or the refusal is not logged with its generation id", logs.String())
 	}
 }
+
+// TestPromptEstimateCountsBesideHugeNumbers: a number no float64 holds (1e400), which a request
+// may carry where the backend ignores it, leaves the rest of the prompt counted.
+func TestPromptEstimateCountsBesideHugeNumbers(t *testing.T) {
+	for _, tc := range []struct {
+		chat bool
+		body string
+		want int64
+	}{
+		{true, `{"model":"qwen3-32b","messages":[{"role":"user","content":[{"type":"text","text":"a b c d e f","x":1e400}]},{"role":"user","content":"g h"}]}`, 8},
+		{false, `{"model":"qwen3-32b","prompt":[1,2,3,1e400]}`, 4},
+	} {
+		if got := estimatePromptTokens(tc.chat, []byte(tc.body)); got != tc.want {
+			t.Errorf("estimate of %s: %d, want %d", tc.body, got, tc.want)
+		}
+	}
+}

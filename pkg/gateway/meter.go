@@ -223,41 +223,51 @@ func (m *meter) apply(ev *usage.Event, prices money.Prices) error {
 func estimatePromptTokens(chat bool, body []byte) int64 {
 	var r struct {
 		Messages []struct {
-			Content any `json:"content"`
+			Content json.RawMessage `json:"content"`
 		} `json:"messages"`
-		Prompt any `json:"prompt"`
+		Prompt json.RawMessage `json:"prompt"`
 	}
 	if json.Unmarshal(body, &r) != nil {
 		return 0
 	}
-	if !chat {
-		return promptTokens(r.Prompt)
-	}
-	var n int64
-	for _, m := range r.Messages {
-		n += promptTokens(m.Content)
-	}
-	return n
-}
-
-// promptTokens counts a prompt or a message's content, as encoding/json reads it, by
-// estimatePromptTokens's rule: a string's words, a content part's text, one per token id, and the
-// sum over an array (of prompts, of content parts, of token ids or of lists of them).
-func promptTokens(v any) int64 {
-	switch v := v.(type) {
-	case string:
-		return int64(len(strings.Fields(v)))
-	case float64:
-		return 1 // a token id
-	case map[string]any:
-		text, _ := v["text"].(string)
-		return int64(len(strings.Fields(text)))
-	case []any:
+	words := func(s string) int64 { return int64(len(strings.Fields(s))) }
+	textTokens := func(raw json.RawMessage) int64 {
+		var s string
+		if json.Unmarshal(raw, &s) == nil {
+			return words(s)
+		}
+		var parts []json.RawMessage
+		if json.Unmarshal(raw, &parts) != nil {
+			return 0
+		}
 		var n int64
-		for _, e := range v {
-			n += promptTokens(e)
+		for _, p := range parts {
+			var part struct {
+				Text *string `json:"text"`
+			}
+			var num json.Number
+			switch {
+			case json.Unmarshal(p, &num) == nil:
+				n++ // a token id
+			case json.Unmarshal(p, &s) == nil:
+				n += words(s)
+			case json.Unmarshal(p, &part) == nil && part.Text != nil:
+				n += words(*part.Text)
+			default:
+				var ids []json.Number
+				if json.Unmarshal(p, &ids) == nil {
+					n += int64(len(ids))
+				}
+			}
 		}
 		return n
 	}
-	return 0
+	if !chat {
+		return textTokens(r.Prompt)
+	}
+	var n int64
+	for _, m := range r.Messages {
+		n += textTokens(m.Content)
+	}
+	return n
 }
