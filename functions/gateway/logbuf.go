@@ -23,7 +23,7 @@ const logBufferSize = 32 << 10
 // requests instead of one per request's line, which was 2 % of the server's CPU. The Lambda
 // gateway writes every line at once: the runtime may freeze it as soon as a response ends.
 func newLogger(w io.Writer, level slog.Level, every time.Duration) (*slog.Logger, func() error) {
-	b := &lineBuffer{w: bufio.NewWriterSize(w, logBufferSize), every: every}
+	b := &lineBuffer{out: w, w: bufio.NewWriterSize(w, logBufferSize), every: every}
 	b.timer = time.AfterFunc(every, func() { _ = b.Flush() })
 	b.timer.Stop()
 	h := slog.NewJSONHandler(b, &slog.HandlerOptions{Level: level})
@@ -37,7 +37,8 @@ func newLogger(w io.Writer, level slog.Level, every time.Duration) (*slog.Logger
 // that found it empty.
 type lineBuffer struct {
 	mu    sync.Mutex
-	w     *bufio.Writer
+	out   io.Writer
+	w     *bufio.Writer // on out
 	timer *time.Timer
 	every time.Duration
 }
@@ -48,14 +49,26 @@ func (b *lineBuffer) Write(p []byte) (int, error) {
 	if b.w.Buffered() == 0 {
 		b.timer.Reset(b.every)
 	}
-	return b.w.Write(p)
+	n, err := b.w.Write(p)
+	b.failed(err)
+	return n, err
 }
 
 // Flush writes the lines held.
 func (b *lineBuffer) Flush() error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.w.Flush()
+	err := b.w.Flush()
+	b.failed(err)
+	return err
+}
+
+// failed starts the buffer over after a write to out failed, dropping the lines it held: a
+// bufio.Writer keeps its error, and would write no line again.
+func (b *lineBuffer) failed(err error) {
+	if err != nil {
+		b.w.Reset(b.out)
+	}
 }
 
 // flushingHandler writes the lines held as soon as one at Warn or above is logged.

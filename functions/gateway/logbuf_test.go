@@ -125,3 +125,32 @@ func TestUnsolicitedBytesAreNotLogged(t *testing.T) {
 		t.Errorf("the log holds the unsolicited bytes: %s", out.String())
 	}
 }
+
+// failingOnce fails its first write, as stderr may.
+type failingOnce struct {
+	syncBuffer
+	failed bool
+}
+
+func (f *failingOnce) Write(p []byte) (int, error) {
+	if !f.failed {
+		f.failed = true
+		return 0, io.ErrShortWrite
+	}
+	return f.syncBuffer.Write(p)
+}
+
+// TestLoggerWritesAgainAfterAFailedWrite: a write to the log's output that fails loses the lines
+// it held, not every line after it.
+func TestLoggerWritesAgainAfterAFailedWrite(t *testing.T) {
+	out := &failingOnce{}
+	log, flush := newLogger(out, slog.LevelInfo, time.Hour)
+	log.Warn("lost")
+	log.Warn("written")
+	if err := flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); !strings.Contains(got, "written") || strings.Contains(got, "lost") {
+		t.Fatalf("after a failed write the log holds %q, want only the later line", got)
+	}
+}

@@ -94,6 +94,7 @@ var typeNames = strings.NewReplacer(
 	"catalog.filePricing", "pricing",
 	"[]catalog.Backend", "a list of backends",
 	"catalog.Backend", "a backend",
+	"catalog.Server", "string", // as when Server was a string field of the file's own type
 )
 
 // shapeError rewrites the decoder's errors (one per line, each with its line number) so that

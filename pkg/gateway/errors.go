@@ -341,7 +341,7 @@ func messagePrefix(raw []byte) (string, bool) {
 	if !colon || len(rest) == 0 || rest[0] != '"' {
 		return "", false
 	}
-	if v, err := jsontext.NewDecoder(bytes.NewReader(rest)).ReadValue(); err == nil {
+	if v, err := jsontext.NewDecoder(bytes.NewReader(rest), jsontext.AllowInvalidUTF8(true)).ReadValue(); err == nil {
 		m, ok := openai.String(v) // the whole string arrived
 		return m, ok && m != ""
 	}

@@ -357,7 +357,10 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody, id str
 	}
 	if err != nil {
 		// Whatever follows on the connection is suspect too: it goes, also when the answer had no
-		// body and the Transport has pooled it already.
+		// body and the Transport has pooled it already. Then another request may have been written
+		// on it meanwhile, and fails with the backend's error (sent, so not retried); an answer
+		// refused here has a body in practice, and a backend that answers with another request's
+		// id has earned the doubt. Without a conn (HTTP/2) the backend's idle connections go.
 		resp.Body.Close()
 		if c := a.conn.Load(); c != nil {
 			c.Close()
