@@ -28,13 +28,14 @@ type Model struct {
 
 // Backend is one model server that serves a Model.
 type Backend struct {
-	Name            string `yaml:"name"`             // unique in the catalog; appears in usage events and logs
-	URL             string `yaml:"url"`              // base URL ending in /v1, e.g. http://10.0.0.5:8000/v1
-	Model           string `yaml:"model"`            // the model name the backend expects; the public ID when empty in the file
-	Server          Server `yaml:"server"`           // the model server's software: whose protocol it speaks
-	ContinuousUsage bool   `yaml:"continuous_usage"` // the backend reports usage on every streamed chunk (continuous_usage_stats)
-	CachedTokens    bool   `yaml:"cached_tokens"`    // the server reports cached prompt tokens (vLLM --enable-prompt-tokens-details, SGLang --enable-cache-report)
-	APIKeyEnv       string `yaml:"api_key_env"`      // optional: name of the environment variable holding the backend's bearer token
+	Name            string `yaml:"name"`              // unique in the catalog; appears in usage events and logs
+	URL             string `yaml:"url"`               // base URL ending in /v1, e.g. http://10.0.0.5:8000/v1
+	Model           string `yaml:"model"`             // the model name the backend expects; the public ID when empty in the file
+	Server          Server `yaml:"server"`            // the model server's software: whose protocol it speaks
+	ContinuousUsage bool   `yaml:"continuous_usage"`  // the backend reports usage on every streamed chunk (continuous_usage_stats)
+	CachedTokens    bool   `yaml:"cached_tokens"`     // the server reports cached prompt tokens (vLLM --enable-prompt-tokens-details, SGLang --enable-cache-report)
+	EchoesRequestID bool   `yaml:"echoes_request_id"` // the server answers with the request's X-Request-Id (vLLM --enable-request-id-headers)
+	APIKeyEnv       string `yaml:"api_key_env"`       // optional: name of the environment variable holding the backend's bearer token
 }
 
 // Server is the software a backend runs. vLLM and SGLang speak the same OpenAI protocol with

@@ -683,3 +683,41 @@ func TestRequestIDsOfOthersAreNotChecked(t *testing.T) {
 		t.Errorf("the request carried X-Request-Id %q, want a random id of the pool's", id)
 	}
 }
+
+// TestBackendsThatEchoIDsMustNameTheirAnswers: for a backend the catalog says echoes X-Request-Id
+// (echoes_request_id), an answer without the request's own id is refused as the backend's error,
+// be it without the header or with an id a proxy stamped; with its id it is taken.
+func TestBackendsThatEchoIDsMustNameTheirAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		echo func(id string) string // the id answered; "" sends no header
+		ok   bool
+	}{
+		{"its own id", func(id string) string { return id }, true},
+		{"no id", func(string) string { return "" }, false},
+		{"a proxy's id", func(string) string { return "3f2c9a50-proxy" }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) {
+				if id := tc.echo(r.Header.Get("X-Request-Id")); id != "" {
+					w.Header().Set("X-Request-Id", id)
+				}
+				io.WriteString(w, "{}")
+			})
+			c := model(catalog.Backend{Name: "b", URL: srv.URL + "/v1", EchoesRequestID: true})
+			p := New(c, Options{})
+			resp, err := p.Do(context.Background(), Call{Model: c.Models[0], Path: "/x", Body: body, OrgID: "org_a"})
+			if tc.ok {
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				return
+			}
+			var ue *Error
+			if !errors.As(err, &ue) || !errors.Is(err, errAnotherAnswer) {
+				t.Fatalf("answer taken (%v); want the backend's error", err)
+			}
+		})
+	}
+}

@@ -25,8 +25,9 @@ import (
 // ErrUnavailable means no backend of the model can take a request now (all unhealthy).
 var ErrUnavailable = errors.New("no healthy backend")
 
-// errAnotherAnswer is an answer that names another request than the one it came for.
-var errAnotherAnswer = errors.New("the answer names another request")
+// errAnotherAnswer is an answer that names another request than the one it came for, or none from
+// a backend that names every answer (catalog: echoes_request_id).
+var errAnotherAnswer = errors.New("the answer does not name the request it came for")
 
 // requestIDHeader names each request to a backend, with requestIDPrefix and a random part. vLLM
 // started with --enable-request-id-headers answers with the same header and the same id (its
@@ -34,7 +35,9 @@ var errAnotherAnswer = errors.New("the answer names another request")
 // that does not know the header ignores it. An answer that carries another id of ours is another
 // request's (a duplicate answer the backend sent late, which reached the connection after the
 // next request was written) and is refused. An answer without the header, or with an id that is
-// not ours (a proxy in between that stamps ids of its own), cannot be checked, and is taken.
+// not ours (a proxy in between that stamps ids of its own), cannot be checked, and is taken,
+// unless the catalog says the backend echoes the header (echoes_request_id): then only its own
+// id will do.
 const (
 	requestIDHeader = "X-Request-Id"
 	requestIDPrefix = "kiln-"
@@ -352,7 +355,7 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody, id str
 	if a.unsure.Load() {
 		// The caller left before the connection was known to hold nothing of another answer.
 		err = context.Cause(ctx)
-	} else if got := resp.Header.Get(requestIDHeader); got != id && strings.HasPrefix(got, requestIDPrefix) {
+	} else if got := resp.Header.Get(requestIDHeader); got != id && (be.cfg.EchoesRequestID || strings.HasPrefix(got, requestIDPrefix)) {
 		err = errAnotherAnswer
 	}
 	if err != nil {
