@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,10 +79,7 @@ func orgList(ctx context.Context, c *cli, f *flags, args []string) error {
 		return fmt.Errorf("list organizations: %w", err)
 	}
 	slices.SortStableFunc(orgs, func(a, b store.Org) int {
-		if n := a.CreatedAt.Compare(b.CreatedAt); n != 0 {
-			return n
-		}
-		return strings.Compare(a.ID, b.ID)
+		return cmp.Or(a.CreatedAt.Compare(b.CreatedAt), strings.Compare(a.ID, b.ID))
 	})
 	if *f.json {
 		out := make([]store.Org, 0, len(orgs))
@@ -114,11 +112,7 @@ func orgShow(ctx context.Context, c *cli, f *flags, args []string) error {
 	if err != nil {
 		return err
 	}
-	st, err := c.store(ctx)
-	if err != nil {
-		return err
-	}
-	o, err := c.org(ctx, st, pos[0])
+	st, o, err := c.storeAndOrg(ctx, pos[0])
 	if err != nil {
 		return err
 	}
@@ -183,11 +177,8 @@ func orgSetLimit(ctx context.Context, c *cli, f *flags, args []string) error {
 
 // updateOrg applies change to an existing organization and prints it as it is afterwards.
 func updateOrg(ctx context.Context, c *cli, f *flags, id string, change func(store.Store, string) error, describe func(store.Org) string) error {
-	st, err := c.store(ctx)
+	st, _, err := c.storeAndOrg(ctx, id)
 	if err != nil {
-		return err
-	}
-	if _, err := c.org(ctx, st, id); err != nil {
 		return err
 	}
 	if err := change(st, id); errors.Is(err, store.ErrNotFound) {

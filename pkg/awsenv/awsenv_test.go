@@ -1,6 +1,10 @@
 package awsenv
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"testing"
+)
 
 func TestEndpointPrecedence(t *testing.T) {
 	for _, tc := range []struct {
@@ -26,5 +30,25 @@ func TestEndpointPrecedence(t *testing.T) {
 	}
 	if got := Endpoint(func(k string) string { return map[string]string{"AWS_ENDPOINT_URL_S3": "http://s3"}[k] }, "", S3); got != "http://s3" {
 		t.Errorf("S3 without a kiln name = %q", got)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	ctx := context.Background()
+	for _, bad := range []string{"127.0.0.1:8000", "http://", "://x"} {
+		if _, err := Load(ctx, bad, ""); !errors.Is(err, ErrEndpoint) {
+			t.Errorf("Load(%q) = %v, want ErrEndpoint", bad, err)
+		}
+	}
+	cfg, err := Load(ctx, "http://localhost:8000", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	creds, err := cfg.Credentials.Retrieve(ctx)
+	if err != nil || creds.AccessKeyID != "kilnlocal" || cfg.Region != "us-east-1" {
+		t.Errorf("a loopback endpoint: region %q, credentials %q, %v; want us-east-1 and kilnlocal", cfg.Region, creds.AccessKeyID, err)
+	}
+	if cfg, err := Load(ctx, "http://127.0.0.1:5000", "eu-west-1"); err != nil || cfg.Region != "eu-west-1" {
+		t.Errorf("a region with an endpoint = %q, %v", cfg.Region, err)
 	}
 }

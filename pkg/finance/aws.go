@@ -2,38 +2,24 @@ package finance
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
-	"net/url"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/neocloud/kiln/pkg/awsenv"
 )
 
-// OpenS3 builds an S3 client from the SDK's usual configuration. With an endpoint (a local
-// server such as moto) it uses path-style addressing, which local servers need, and on a
-// loopback endpoint fixed local credentials, as the DynamoDB store does.
+// OpenS3 builds an S3 client from the SDK's usual configuration (awsenv.Load, which on a
+// loopback endpoint uses fixed local credentials, as the DynamoDB store does). With an endpoint
+// (a local server such as moto) it uses path-style addressing, which local servers need.
 func OpenS3(ctx context.Context, endpoint, region string) (*s3.Client, error) {
-	var opts []func(*awsconfig.LoadOptions) error
-	if region != "" {
-		opts = append(opts, awsconfig.WithRegion(region))
-	}
-	if endpoint != "" {
-		u, err := url.Parse(endpoint)
-		if err != nil || u.Scheme == "" || u.Host == "" {
-			return nil, fmt.Errorf("s3 endpoint %q: want a URL such as http://127.0.0.1:5000", endpoint)
-		}
-		if region == "" {
-			opts = append(opts, awsconfig.WithRegion("us-east-1"))
-		}
-		if loopback(u.Hostname()) {
-			opts = append(opts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("kilnlocal", "kilnlocal", "")))
-		}
-	}
-	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
-	if err != nil {
+	cfg, err := awsenv.Load(ctx, endpoint, region)
+	switch {
+	case errors.Is(err, awsenv.ErrEndpoint):
+		return nil, fmt.Errorf("s3 endpoint %q: want a URL such as http://127.0.0.1:5000", endpoint)
+	case err != nil:
 		return nil, fmt.Errorf("open s3: %w", err)
 	}
 	return s3.NewFromConfig(cfg, func(o *s3.Options) {
@@ -44,12 +30,4 @@ func OpenS3(ctx context.Context, endpoint, region string) (*s3.Client, error) {
 			o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 		}
 	}), nil
-}
-
-func loopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/store"
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
@@ -70,16 +71,6 @@ const (
 	markerPrefix = "gen#"
 )
 
-// Entry is one ledger item: a debit (the entry ID is the generation id, the amount negative),
-// a top-up or an adjustment.
-type Entry struct {
-	OrgID   string
-	EntryID string
-	Kind    string // "debit", "top_up", "adjustment"
-	Amount  money.Amount
-	At      time.Time
-}
-
 // Record is one usage item: the usage event and the UTC day it is aggregated under.
 type Record struct {
 	usage.Event
@@ -96,18 +87,19 @@ type Marker struct {
 	Cost                     money.Amount
 }
 
-// DecodeEntry reads a ledger item.
-func DecodeEntry(it Item) (Entry, error) {
+// DecodeEntry reads a ledger item: a debit (the entry ID is the generation id, the amount
+// negative), a top-up or an adjustment. Its note, which no report needs, is not read.
+func DecodeEntry(it Item) (store.LedgerEntry, error) {
 	f := ddbitem.NewReader(it)
-	e := Entry{
-		OrgID:   f.Str("org_id"),
-		EntryID: f.Str("entry_id"),
-		Kind:    f.Str("kind"),
-		Amount:  money.Amount(f.Num("amount")),
-		At:      time.Unix(0, f.Num("at")).UTC(),
+	e := store.LedgerEntry{
+		OrgID:  f.Str("org_id"),
+		ID:     f.Str("entry_id"),
+		Kind:   store.EntryKind(f.Str("kind")),
+		Amount: money.Amount(f.Num("amount")),
+		At:     store.FromUnixNanos(f.Num("at")),
 	}
 	if err := f.Err(); err != nil {
-		return Entry{}, fmt.Errorf("ledger item %s/%s: %w", e.OrgID, e.EntryID, err)
+		return store.LedgerEntry{}, fmt.Errorf("ledger item %s/%s: %w", e.OrgID, e.ID, err)
 	}
 	return e, nil
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/neocloud/kiln/pkg/money"
+	"github.com/neocloud/kiln/pkg/store"
 )
 
 // Kinds of difference a reconciliation finds.
@@ -167,15 +168,15 @@ const (
 // a debit counts on its generation's day, or, for a generation with no usage record, on the day
 // it was written. Debits written after the last day may belong to it (a request that ran over
 // midnight); earlier ones cannot.
-func (r *Reconciler) Entry(e Entry) error {
-	if e.Kind != "debit" {
+func (r *Reconciler) Entry(e store.LedgerEntry) error {
+	if e.Kind != store.EntryDebit {
 		return nil
 	}
 	day := int32(dayOf(e.At))
 	if day < r.from || day > r.to+1 {
 		return nil
 	}
-	return r.spill(kindDebit, e.OrgID, e.EntryID, day, -e.Amount)
+	return r.spill(kindDebit, e.OrgID, e.ID, day, -e.Amount)
 }
 
 // Usage adds a usage record; records of requests still running are skipped. Records of the

@@ -31,15 +31,16 @@ func CheckOrg(status OrgStatus, maxInFlight int) error {
 	return nil
 }
 
-// NewOrg returns org as CreateOrg stores it: a zero MaxInFlight means DefaultMaxInFlight and an
-// empty Status active. It refuses an empty ID, a balance other than zero (credits arrive only
-// through the ledger) and what CheckOrg refuses.
-func NewOrg(org Org) (Org, error) {
+// NewOrg returns org as CreateOrg stores it, and its creation time in Unix nanoseconds (nil
+// when unset): a zero MaxInFlight means DefaultMaxInFlight and an empty Status active. It
+// refuses an empty ID, a balance other than zero (credits arrive only through the ledger), what
+// CheckOrg refuses and a creation time no store can keep.
+func NewOrg(org Org) (Org, *int64, error) {
 	switch {
 	case org.ID == "":
-		return Org{}, errors.New("empty id")
+		return Org{}, nil, errors.New("empty id")
 	case org.Balance != 0:
-		return Org{}, errors.New("a new organization's balance is zero; add credits with a ledger entry")
+		return Org{}, nil, errors.New("a new organization's balance is zero; add credits with a ledger entry")
 	}
 	if org.MaxInFlight == 0 {
 		org.MaxInFlight = DefaultMaxInFlight
@@ -47,40 +48,47 @@ func NewOrg(org Org) (Org, error) {
 	if org.Status == "" {
 		org.Status = OrgActive
 	}
-	return org, CheckOrg(org.Status, org.MaxInFlight)
+	if err := CheckOrg(org.Status, org.MaxInFlight); err != nil {
+		return Org{}, nil, err
+	}
+	created, err := OptUnixNanos("created_at", org.CreatedAt)
+	return org, created, err
 }
 
-// CheckNewKey refuses a key that CreateKey does not store: one without an ID, or revoked.
-func CheckNewKey(key Key) error {
+// CheckNewKey refuses a key that CreateKey does not store — one without an ID, revoked, or
+// created at a time no store can keep — and returns its creation time in Unix nanoseconds (nil
+// when unset).
+func CheckNewKey(key Key) (created *int64, err error) {
 	switch {
 	case key.ID == "":
-		return errors.New("empty id")
+		return nil, errors.New("empty id")
 	case key.RevokedAt != nil:
-		return errors.New("a new key cannot be revoked")
+		return nil, errors.New("a new key cannot be revoked")
 	}
-	return nil
+	return OptUnixNanos("created_at", key.CreatedAt)
 }
 
-// CheckEntry refuses a ledger entry that AddEntry does not apply: one without an ID or an
-// organization, a top-up that is not positive, an adjustment of zero, and any other kind (debits
-// come only from settlements).
-func CheckEntry(e LedgerEntry) error {
+// CheckEntry refuses a ledger entry that AddEntry does not apply — one without an ID or an
+// organization, a top-up that is not positive, an adjustment of zero, any other kind (debits
+// come only from settlements), or a time no store can keep — and returns its time in Unix
+// nanoseconds.
+func CheckEntry(e LedgerEntry) (at int64, err error) {
 	if e.ID == "" || e.OrgID == "" {
-		return errors.New("empty id")
+		return 0, errors.New("empty id")
 	}
 	switch e.Kind {
 	case EntryTopUp:
 		if e.Amount <= 0 {
-			return fmt.Errorf("a top-up of %s: must be positive", e.Amount)
+			return 0, fmt.Errorf("a top-up of %s: must be positive", e.Amount)
 		}
 	case EntryAdjustment:
 		if e.Amount == 0 {
-			return errors.New("an adjustment of zero")
+			return 0, errors.New("an adjustment of zero")
 		}
 	default:
-		return fmt.Errorf("kind %q: only top-ups and adjustments are added directly", e.Kind)
+		return 0, fmt.Errorf("kind %q: only top-ups and adjustments are added directly", e.Kind)
 	}
-	return nil
+	return UnixNanos("at", e.At)
 }
 
 // Times checks an admission request — an organization and a holder, a reservation not below

@@ -80,7 +80,7 @@ func TestOptUnixNanos(t *testing.T) {
 }
 
 func TestChecks(t *testing.T) {
-	org, err := store.NewOrg(store.Org{ID: "org-a"})
+	org, _, err := store.NewOrg(store.Org{ID: "org-a"})
 	if err != nil || org.Status != store.OrgActive || org.MaxInFlight != store.DefaultMaxInFlight {
 		t.Errorf("NewOrg with defaults = %+v, %v", org, err)
 	}
@@ -90,16 +90,16 @@ func TestChecks(t *testing.T) {
 		name string
 		err  error
 	}{
-		{"an org without id", second(store.NewOrg(store.Org{}))},
-		{"an org with a balance", second(store.NewOrg(store.Org{ID: "org-a", Balance: 1}))},
-		{"an org with an unknown status", second(store.NewOrg(store.Org{ID: "org-a", Status: "closed"}))},
-		{"an org with a negative limit", second(store.NewOrg(store.Org{ID: "org-a", MaxInFlight: -1}))},
-		{"a key without id", store.CheckNewKey(store.Key{})},
-		{"a revoked new key", store.CheckNewKey(store.Key{ID: "kiln-a", RevokedAt: &revoked})},
-		{"an entry without organization", store.CheckEntry(store.LedgerEntry{ID: "e", Kind: store.EntryTopUp, Amount: 1})},
-		{"a top-up of zero", store.CheckEntry(store.LedgerEntry{ID: "e", OrgID: "org-a", Kind: store.EntryTopUp})},
-		{"an adjustment of zero", store.CheckEntry(store.LedgerEntry{ID: "e", OrgID: "org-a", Kind: store.EntryAdjustment})},
-		{"a debit", store.CheckEntry(store.LedgerEntry{ID: "e", OrgID: "org-a", Kind: store.EntryDebit, Amount: -1})},
+		{"an org without id", third(store.NewOrg(store.Org{}))},
+		{"an org with a balance", third(store.NewOrg(store.Org{ID: "org-a", Balance: 1}))},
+		{"an org with an unknown status", third(store.NewOrg(store.Org{ID: "org-a", Status: "closed"}))},
+		{"an org with a negative limit", third(store.NewOrg(store.Org{ID: "org-a", MaxInFlight: -1}))},
+		{"a key without id", second(store.CheckNewKey(store.Key{}))},
+		{"a revoked new key", second(store.CheckNewKey(store.Key{ID: "kiln-a", RevokedAt: &revoked}))},
+		{"an entry without organization", second(store.CheckEntry(store.LedgerEntry{ID: "e", Kind: store.EntryTopUp, Amount: 1}))},
+		{"a top-up of zero", second(store.CheckEntry(store.LedgerEntry{ID: "e", OrgID: "org-a", Kind: store.EntryTopUp}))},
+		{"an adjustment of zero", second(store.CheckEntry(store.LedgerEntry{ID: "e", OrgID: "org-a", Kind: store.EntryAdjustment}))},
+		{"a debit", second(store.CheckEntry(store.LedgerEntry{ID: "e", OrgID: "org-a", Kind: store.EntryDebit, Amount: -1}))},
 		{"a negative reservation", third(store.AdmitRequest{OrgID: "org-a", HolderID: gen, Now: revoked, Reserve: -1}.Times())},
 		{"a settlement of another org's lease", second(store.Settlement{Lease: store.Lease{OrgID: "org-b"},
 			Event: usage.Event{OrgID: "org-a", GenerationID: gen}, Now: revoked}.Check())},
@@ -111,7 +111,7 @@ func TestChecks(t *testing.T) {
 		}
 	}
 	for _, err := range []error{
-		store.CheckEntry(store.LedgerEntry{ID: "e", OrgID: "org-a", Kind: store.EntryAdjustment, Amount: -1}),
+		second(store.CheckEntry(store.LedgerEntry{ID: "e", OrgID: "org-a", Kind: store.EntryAdjustment, Amount: -1, At: revoked})),
 		third(store.AdmitRequest{OrgID: "org-a", HolderID: gen, Now: revoked}.Times()),
 		second(store.Settlement{Event: usage.Event{OrgID: "org-a", GenerationID: gen}, Now: revoked}.Check()),
 	} {

@@ -14,15 +14,14 @@ package dynamo
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"net"
-	"net/url"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/smithy-go/middleware"
+
+	"github.com/neocloud/kiln/pkg/awsenv"
 )
 
 // DefaultTablePrefix is the prefix of the table names unless configured otherwise.
@@ -70,34 +69,18 @@ type Store struct {
 	tables Tables
 }
 
-// Open builds a DynamoDB client from the SDK's usual configuration (environment, shared files,
-// the Lambda role) and returns a store on the configured tables. It does not call DynamoDB.
-// With a loopback Endpoint, fixed local credentials are used: local servers accept any (DynamoDB
-// Local wants letters and digits only), and the SDK's chain would otherwise look for a role.
+// Open builds a DynamoDB client from the SDK's usual configuration (awsenv.Load) and returns a
+// store on the configured tables. It does not call DynamoDB.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
-	var opts []func(*awsconfig.LoadOptions) error
-	if cfg.Region != "" {
-		opts = append(opts, awsconfig.WithRegion(cfg.Region))
-	}
-	local := cfg.Endpoint != ""
-	if local {
-		u, err := url.Parse(cfg.Endpoint)
-		if err != nil || u.Scheme == "" || u.Host == "" {
-			return nil, fmt.Errorf("dynamodb endpoint %q: want a URL such as http://127.0.0.1:8000", cfg.Endpoint)
-		}
-		if cfg.Region == "" {
-			opts = append(opts, awsconfig.WithRegion("us-east-1"))
-		}
-		if isLoopback(u.Hostname()) {
-			opts = append(opts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("kilnlocal", "kilnlocal", "")))
-		}
-	}
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
-	if err != nil {
+	awsCfg, err := awsenv.Load(ctx, cfg.Endpoint, cfg.Region)
+	switch {
+	case errors.Is(err, awsenv.ErrEndpoint):
+		return nil, fmt.Errorf("dynamodb endpoint %q: want a URL such as http://127.0.0.1:8000", cfg.Endpoint)
+	case err != nil:
 		return nil, fmt.Errorf("open dynamodb store: %w", err)
 	}
 	client := dynamodb.NewFromConfig(awsCfg, func(o *dynamodb.Options) {
-		if local {
+		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 			// Local servers send no response checksums; validating them only logs a warning per call.
 			o.DisableValidateResponseChecksum = true
@@ -108,15 +91,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		o.APIOptions = append(o.APIOptions, cfg.APIOptions...)
 	})
 	return New(client, cfg.TablePrefix), nil
-}
-
-// isLoopback reports whether host names this machine.
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // New returns a store on the tables named by prefix ("" means DefaultTablePrefix), using client.

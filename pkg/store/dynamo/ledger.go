@@ -42,10 +42,7 @@ func (s *Store) AddEntry(ctx context.Context, e store.LedgerEntry) error {
 }
 
 func (s *Store) addEntry(ctx context.Context, e store.LedgerEntry) error {
-	if err := store.CheckEntry(e); err != nil {
-		return err
-	}
-	at, err := store.UnixNanos("at", e.At)
+	at, err := store.CheckEntry(e)
 	if err != nil {
 		return err
 	}

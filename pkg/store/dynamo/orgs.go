@@ -23,11 +23,7 @@ func (s *Store) CreateOrg(ctx context.Context, org store.Org) error {
 }
 
 func (s *Store) createOrg(ctx context.Context, org store.Org) error {
-	org, err := store.NewOrg(org)
-	if err != nil {
-		return err
-	}
-	created, err := store.OptUnixNanos("created_at", org.CreatedAt)
+	org, created, err := store.NewOrg(org)
 	if err != nil {
 		return err
 	}

@@ -17,10 +17,7 @@ func (s *Store) CreateKey(ctx context.Context, key store.Key) error {
 }
 
 func (s *Store) createKey(ctx context.Context, key store.Key) error {
-	if err := store.CheckNewKey(key); err != nil {
-		return err
-	}
-	created, err := store.OptUnixNanos("created_at", key.CreatedAt)
+	created, err := store.CheckNewKey(key)
 	if err != nil {
 		return err
 	}

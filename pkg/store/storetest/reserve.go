@@ -15,11 +15,7 @@ func admitReserving(t *testing.T, s store.Store, orgID, holder string, now time.
 
 func wantCredits(t *testing.T, s store.Store, orgID string, balance, reserved money.Amount) {
 	t.Helper()
-	o, err := s.Org(ctx(t), orgID)
-	if err != nil {
-		t.Fatalf("Org(%s): %v", orgID, err)
-	}
-	if o.Balance != balance || o.Reserved != reserved || o.Available() != balance-reserved {
+	if o := org(t, s, orgID); o.Balance != balance || o.Reserved != reserved || o.Available() != balance-reserved {
 		t.Errorf("%s: balance %s, reserved %s, available %s; want %s, %s, %s", orgID, o.Balance, o.Reserved, o.Available(), balance, reserved, balance-reserved)
 	}
 }

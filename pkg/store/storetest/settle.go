@@ -55,7 +55,7 @@ func snap(t *testing.T, s store.Store, orgID string) snapshot {
 	if err != nil {
 		t.Fatalf("Usage: %v", err)
 	}
-	return snapshot{balance(t, s, orgID), ledger(t, s, orgID), events}
+	return snapshot{org(t, s, orgID).Balance, ledger(t, s, orgID), events}
 }
 
 func (a snapshot) equal(b snapshot) bool {

@@ -123,18 +123,18 @@ func addEntry(t *testing.T, s store.Store, e store.LedgerEntry) {
 	}
 }
 
-func balance(t *testing.T, s store.Store, orgID string) money.Amount {
+func org(t *testing.T, s store.Store, orgID string) store.Org {
 	t.Helper()
 	o, err := s.Org(ctx(t), orgID)
 	if err != nil {
 		t.Fatalf("Org(%s): %v", orgID, err)
 	}
-	return o.Balance
+	return o
 }
 
 func wantBalance(t *testing.T, s store.Store, orgID string, want money.Amount) {
 	t.Helper()
-	if got := balance(t, s, orgID); got != want {
+	if got := org(t, s, orgID).Balance; got != want {
 		t.Errorf("balance of %s = %s, want %s", orgID, got, want)
 	}
 }
@@ -147,7 +147,7 @@ func must(t *testing.T, err error) {
 	}
 }
 
-// wantErr fails unless err matches target (errors.Is).
+// wantErr fails unless err matches target (errors.Is; a nil target matches only a nil err).
 func wantErr(t *testing.T, what string, err, target error) {
 	t.Helper()
 	if !errors.Is(err, target) {
@@ -233,29 +233,26 @@ func wantGeneration(t *testing.T, s store.Store, e usage.Event) {
 	}
 }
 
-// sameEvent compares events, times by instant.
-func sameEvent(a, b usage.Event) bool {
-	if !a.StartedAt.Equal(b.StartedAt) {
+// sameAt compares a and b, the time at points to by instant (stores give times back in UTC).
+func sameAt[T comparable](a, b T, at func(*T) *time.Time) bool {
+	ta, tb := at(&a), at(&b)
+	if !ta.Equal(*tb) {
 		return false
 	}
-	a.StartedAt, b.StartedAt = time.Time{}, time.Time{}
+	*ta, *tb = time.Time{}, time.Time{}
 	return a == b
+}
+
+func sameEvent(a, b usage.Event) bool {
+	return sameAt(a, b, func(e *usage.Event) *time.Time { return &e.StartedAt })
 }
 
 func sameEntry(a, b store.LedgerEntry) bool {
-	if !a.At.Equal(b.At) {
-		return false
-	}
-	a.At, b.At = time.Time{}, time.Time{}
-	return a == b
+	return sameAt(a, b, func(e *store.LedgerEntry) *time.Time { return &e.At })
 }
 
 func sameOrg(a, b store.Org) bool {
-	if !a.CreatedAt.Equal(b.CreatedAt) {
-		return false
-	}
-	a.CreatedAt, b.CreatedAt = time.Time{}, time.Time{}
-	return a == b
+	return sameAt(a, b, func(o *store.Org) *time.Time { return &o.CreatedAt })
 }
 
 func sameLease(a, b store.Lease) bool {
