@@ -17,22 +17,27 @@ type baselineResults struct {
 	err     error
 }
 
-// compareBaseline measures the gateway st.gw and the baseline binary in cfg.Rounds rounds whose
+// compareBaseline measures the gateway's binary and the baseline binary in cfg.Rounds rounds whose
 // order alternates: CPU per non-streamed request at 8 connections, CPU per streamed chunk, and
 // RSS per idle open stream (cfg.Streams slow streams, through fresh processes of each binary).
+// Each binary runs in a process of its own started for the comparison, on a store of its own,
+// warmed up alike: not the run's gateway, whose process and store have carried every phase before
+// while the baseline's were new.
 func compareBaseline(cfg Config, st *stack, logf func(string, ...any)) baselineResults {
 	res := baselineResults{bin: cfg.BaselineBin}
-	p, key, err := st.startGateway("baseline gateway", cfg.BaselineBin, filepath.Join(st.dir, "baseline-compare"))
-	if err != nil {
-		res.err = err
-		return res
+	names, bins := [2]string{"gateway", "baseline"}, [2]string{st.gwBin, cfg.BaselineBin}
+	var targets [2]target
+	var pids [2]int
+	for i, bin := range bins {
+		p, key, err := st.startGateway(names[i]+" gateway", bin, filepath.Join(st.dir, names[i]+"-compare"))
+		if err != nil {
+			res.err = err
+			return res
+		}
+		defer p.stop()
+		targets[i], pids[i] = st.through(p, key), p.pid()
+		closedLoop(targets[i], nonStreaming, 8, 0, time.Second, watch{}) // warm up
 	}
-	defer p.stop()
-	base := st.through(p, key)
-	targets := [2]target{st.gateway, base}
-	pids, bins := [2]int{st.gw.pid(), p.pid()}, [2]string{st.gwBin, cfg.BaselineBin}
-	names := [2]string{"gateway", "baseline"}
-	closedLoop(base, nonStreaming, 8, 0, time.Second, watch{}) // warm up, as the gateway was
 
 	for r := range cfg.Rounds {
 		var closed, streams [2]phase
