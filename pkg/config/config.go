@@ -39,7 +39,7 @@ type Config struct {
 	RequestBodyTimeout   time.Duration // KILN_BODY_TIMEOUT: the longest gap between bytes of a request body
 	IdleTimeout          time.Duration // KILN_IDLE_TIMEOUT: a kept-alive connection with no request is closed after it
 	LeaseTTL             time.Duration // KILN_LEASE_TTL: in-flight slot lease
-	CacheTTL             time.Duration // KILN_CACHE_TTL: how long keys, organizations and maintenance are cached
+	CacheTTL             time.Duration // KILN_CACHE_TTL: how long keys (with their organization's status) and maintenance are cached
 	LogLevel             string        // KILN_LOG_LEVEL: debug, info, warn, error
 	OnLambda             bool          // AWS_LAMBDA_RUNTIME_API is set
 	DemoOrgCredits       string        // KILN_DEMO_CREDITS: credits given to the demo organization at first start
