@@ -257,7 +257,7 @@ func Run(cfg Config) (*Results, error) {
 }
 
 // setUp builds the binaries and starts the simulator, the bare proxy in front of it and the
-// gateway (built with gwTags and gwEnv added to its environment, for the profiling build), with
+// gateway (built with gwTags and gwEnv added to its environment, for the live-memory build), with
 // an organization that load cannot exhaust.
 func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
 	dir, err := os.MkdirTemp("", "kilnbench-")
