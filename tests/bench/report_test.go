@@ -143,15 +143,15 @@ func fixtureIdle() [][3]idle {
 // gateway on the embedded store and the local server on DynamoDB Local.
 func fixtureRates() rateResults {
 	rnd := rand.New(rand.NewPCG(3, 4))
-	phases := func(cpu time.Duration, switches int64, p50 time.Duration) []ratePhase {
-		ps := make([]ratePhase, 3)
+	phases := func(cpu time.Duration, switches int64, p50 time.Duration) []phase {
+		ps := make([]phase, 3)
 		for i := range ps {
 			total := make(latencies, 160)
 			for j := range total {
 				total[j] = p50/2 + time.Duration(rnd.Int64N(int64(p50)))
 			}
-			ps[i] = ratePhase{used: 160 * (cpu + time.Duration(rnd.Int64N(int64(cpu/10)))),
-				switches: 160*switches + rnd.Int64N(160), phase: phase{elapsed: 8 * time.Second, total: total.sorted()}}
+			ps[i] = phase{cpu: map[string]time.Duration{"server": 160 * (cpu + time.Duration(rnd.Int64N(int64(cpu/10))))},
+				switches: map[string]int64{"server": 160*switches + rnd.Int64N(160)}, elapsed: 8 * time.Second, total: total.sorted()}
 		}
 		return ps
 	}

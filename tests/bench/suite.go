@@ -494,13 +494,13 @@ func (st *stack) idleFresh(via side, gwBin string, n int) (idle, error) {
 // the gateway restarts on the data directory the run already created.
 func measureColdStart(st *stack, rounds int) (c cold) {
 	for r := range rounds {
-		took, err := coldStart(st.simBin, []string{"PATH=" + os.Getenv("PATH")}, "-addr", st.direct, filepath.Join(st.dir, "cold-sim.log"))
+		took, err := coldStart(st.simBin, []string{"PATH=" + os.Getenv("PATH")}, st.direct, filepath.Join(st.dir, "cold-sim.log"))
 		if err != nil {
 			c.Err = err
 			return c
 		}
 		c.Sim = append(c.Sim, took)
-		if took, err = coldStart(st.gwBin, st.env, "", st.gateway, filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r))); err != nil {
+		if took, err = coldStart(st.gwBin, st.env, st.gateway, filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r))); err != nil {
 			c.Err = err
 			return c
 		}
@@ -509,19 +509,15 @@ func measureColdStart(st *stack, rounds int) (c cold) {
 	return c
 }
 
-// coldStart execs bin with env, listening on a free port (through addrFlag, or KILN_ADDR), and
-// returns the milliseconds until a chat completion to t there first answers 200.
-func coldStart(bin string, env []string, addrFlag string, t target, logPath string) (float64, error) {
+// coldStart execs bin with env, listening on a free port (KILN_ADDR), and returns the
+// milliseconds until a chat completion to t there first answers 200.
+func coldStart(bin string, env []string, t target, logPath string) (float64, error) {
 	addr, err := freeAddr()
 	if err != nil {
 		return 0, err
 	}
 	cmd := exec.Command(bin)
 	cmd.Env = append(slices.Clone(env), "KILN_ADDR="+addr)
-	if addrFlag != "" {
-		cmd = exec.Command(bin, addrFlag, addr)
-		cmd.Env = env
-	}
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return 0, err
