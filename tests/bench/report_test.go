@@ -97,7 +97,7 @@ func fixtureResults() *Results {
 		Short:     pairs(time.Millisecond, false, 200*18),
 		Long:      map[int][]pair{1: pairs(8*time.Millisecond, false, 200*1002), 8: pairs(24*time.Millisecond, false, 200*1002)},
 		Open:      pairs(700*time.Microsecond, true, 0),
-		Memory:    memory{streams: 1000, rounds: fixtureIdle(), live: liveMemoryResult{Opened: 1000, PerStream: memStats{24000, 10000}}},
+		Memory:    memory{Streams: 1000, Rounds: fixtureIdle(), Live: liveMemoryResult{Opened: 1000, PerStream: memStats{24000, 10000}}},
 		Cold: cold{Gateway: sp(11, 10.5, 12.8), Sim: sp(3, 2.9, 4.5),
 			Lambda: lambdaCold{Dynamo: lambdaTimes{Init: sp(7, 5, 7.5), Cold: sp(39, 33, 55), Warm: sp(24, 12, 33)},
 				SQLite: lambdaTimes{Init: sp(7, 6.7, 11), Cold: sp(9.5, 8.8, 14), Warm: sp(2.1, 1.2, 2.5)}}},

@@ -69,11 +69,11 @@ type pair [3]phase
 // memory is, per round, what the slow streams held in each side's fresh processes, and the
 // gateway's live heap and stacks, measured on a stack of its own.
 type memory struct {
-	streams int
-	rounds  [][3]idle // by side
-	err     error
-	live    liveMemoryResult
-	liveErr error
+	Streams int
+	Rounds  [][3]idle // by side
+	Err     error
+	Live    liveMemoryResult
+	LiveErr error
 }
 
 // idle is what the slow streams through one side held in one round: in the process in front (the
@@ -92,7 +92,7 @@ func (h held) perStream() float64 { return float64(h.with-h.before) / float64(h.
 // via, or in the simulator behind it.
 func (m memory) held(via side, behind bool) []held {
 	var hs []held
-	for _, r := range m.rounds {
+	for _, r := range m.Rounds {
 		h := r[via].front
 		if behind {
 			h = r[via].behind
@@ -182,7 +182,7 @@ func Run(cfg Config) (*Results, error) {
 	logf("memory: %d slow streams, %d rounds in fresh processes", cfg.Streams, cfg.Rounds)
 	res.Memory = measureMemory(cfg, st, logf)
 	logf("memory: live heap and stacks of %d slow streams", cfg.Streams)
-	res.Memory.live, res.Memory.liveErr = measureLiveMemory(cfg, cfg.Streams)
+	res.Memory.Live, res.Memory.LiveErr = measureLiveMemory(cfg, cfg.Streams)
 
 	// rounds measures the direct target and the gateway, and the bare proxy too when bare,
 	// cfg.Rounds times. The order reverses every round (direct, bare, gateway; then gateway,
@@ -413,19 +413,19 @@ func freeAddr() (string, error) {
 // measureMemory reads, in cfg.Rounds rounds whose order reverses every round, the RSS that
 // cfg.Streams slow streams hold in each side's processes, started afresh for each (idleFresh).
 func measureMemory(cfg Config, st *stack, logf func(string, ...any)) memory {
-	m := memory{streams: cfg.Streams}
+	m := memory{Streams: cfg.Streams}
 	names := [3]string{st.direct.name, st.gateway.name, st.bare.name}
 	for r := range cfg.Rounds {
 		var round [3]idle
 		for _, s := range alternate(r, []side{ofDirect, ofBare, ofGateway}) {
 			var err error
 			if round[s], err = st.idleFresh(s, st.gwBin, cfg.Streams); err != nil {
-				m.err = errors.Join(m.err, fmt.Errorf("%s, round %d: %w", names[s], r+1, err))
+				m.Err = errors.Join(m.Err, fmt.Errorf("%s, round %d: %w", names[s], r+1, err))
 			}
 		}
 		logf("memory round %d: %.1f KiB per idle stream directly, %.1f through the gateway, %.1f through the bare proxy", r+1,
 			kib(round[ofDirect].front.perStream()), kib(round[ofGateway].front.perStream()), kib(round[ofBare].front.perStream()))
-		m.rounds = append(m.rounds, round)
+		m.Rounds = append(m.Rounds, round)
 	}
 	return m
 }
