@@ -136,6 +136,7 @@ func Run(cfg Config) (*Results, error) {
 	defer st.close()
 	// The load generator is this process: its CPU completes the account of what a request costs.
 	all := watch{"gateway": st.gw.pid(), "simulator": st.sim.pid(), "bareproxy": st.proxy.pid(), "loadgen": os.Getpid()}
+	logf("process ids (for perf record -p): %v", all)
 
 	// Sanity: each kind of request through every target, whole; through the bare proxy, those
 	// it is measured on: non-streamed, and streams (the memory phase's).
