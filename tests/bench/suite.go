@@ -495,13 +495,13 @@ func (st *stack) idleFresh(via side, gwBin string, n int) (idle, error) {
 // the gateway restarts on the data directory the run already created.
 func measureColdStart(st *stack, rounds int) (c cold) {
 	for r := range rounds {
-		took, err := coldStart(st.simBin, []string{"PATH=" + os.Getenv("PATH")}, st.direct, filepath.Join(st.dir, "cold-sim.log"))
+		took, err := coldStart("simulator", st.simBin, []string{"PATH=" + os.Getenv("PATH")}, st.direct, filepath.Join(st.dir, "cold-sim.log"))
 		if err != nil {
 			c.Err = err
 			return c
 		}
 		c.Sim = append(c.Sim, took)
-		if took, err = coldStart(st.gwBin, st.env, st.gateway, filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r))); err != nil {
+		if took, err = coldStart("gateway", st.gwBin, st.env, st.gateway, filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r))); err != nil {
 			c.Err = err
 			return c
 		}
@@ -510,39 +510,24 @@ func measureColdStart(st *stack, rounds int) (c cold) {
 	return c
 }
 
-// coldStart execs bin with env, listening on a free port (KILN_ADDR), and returns the
-// milliseconds until a chat completion to t there first answers 200.
-func coldStart(bin string, env []string, t target, logPath string) (float64, error) {
-	addr, err := freeAddr()
+// coldStart starts bin with env (see start) and returns the milliseconds from its exec until a
+// chat completion to t there first answers 200.
+func coldStart(name, bin string, env []string, t target, logPath string) (float64, error) {
+	p, err := start(name, bin, nil, env, logPath)
 	if err != nil {
 		return 0, err
 	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(slices.Clone(env), "KILN_ADDR="+addr)
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return 0, err
-	}
-	defer logf.Close()
-	cmd.Stderr = logf
-	t.url = "http://" + addr + "/v1/chat/completions"
+	defer p.stop()
+	t.url = p.base + "/chat/completions"
 	body := t.body(nonStreaming)
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	started := time.Now()
-	if err := cmd.Start(); err != nil {
-		return 0, err
-	}
-	defer (&proc{name: bin, cmd: cmd}).stop()
-	for time.Since(started) < 10*time.Second {
-		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			conn.Close()
-			if _, err := call(context.Background(), c, t, body, false); err == nil {
-				return ms(time.Since(started)), nil
-			}
+	for time.Since(p.started) < 10*time.Second {
+		if _, err := call(context.Background(), c, t, body, false); err == nil {
+			return ms(time.Since(p.started)), nil
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
-	return 0, fmt.Errorf("%s: no 200 within 10 s", filepath.Base(bin))
+	return 0, fmt.Errorf("%s: no 200 within 10 s", name)
 }
 
 // seedOrg creates, through kilnctl on the store env names, the benchmark's organization and

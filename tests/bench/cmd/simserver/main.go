@@ -1,11 +1,9 @@
 // Command simserver serves the model simulator alone, with the reference catalog's backend model
-// names, so that the benchmark can call it directly and put the gateway in front of it. It listens
-// on KILN_ADDR, as the gateway does (default 127.0.0.1:0), and prints "listening on
-// http://ADDR/v1" once it accepts connections.
+// names, so that the benchmark can call it directly and put the gateway in front of it. It prints
+// "listening on http://ADDR/v1" once it accepts connections.
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"net"
 	"net/http"
@@ -16,7 +14,7 @@ import (
 )
 
 func main() {
-	ln, err := net.Listen("tcp", cmp.Or(os.Getenv("KILN_ADDR"), "127.0.0.1:0"))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "simserver:", err)
 		os.Exit(1)
