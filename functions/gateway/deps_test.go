@@ -10,7 +10,7 @@ import (
 )
 
 // TestReleaseHasNoProfilingHook: net/http/pprof is linked only with -tags pprof (pprof.go), for
-// kilnbench -profile; the release build (tags lambda.norpc) does not carry it.
+// kilnbench's live heap figure; the release build (tags lambda.norpc) does not carry it.
 func TestReleaseHasNoProfilingHook(t *testing.T) {
 	deps := func(tags string) []string {
 		out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", "-tags", tags, ".").CombinedOutput()
@@ -23,6 +23,6 @@ func TestReleaseHasNoProfilingHook(t *testing.T) {
 		t.Error("the release build links net/http/pprof")
 	}
 	if !slices.Contains(deps("pprof"), "net/http/pprof") {
-		t.Error("-tags pprof does not link net/http/pprof: kilnbench -profile would find no listener")
+		t.Error("-tags pprof does not link net/http/pprof: kilnbench's live heap figure would find no listener")
 	}
 }

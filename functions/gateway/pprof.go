@@ -2,9 +2,9 @@
 
 package main
 
-// Built with -tags pprof (kilnbench -profile does), the gateway serves net/http/pprof on
-// KILN_BENCH_PPROF_ADDR, on a listener of its own. The release build has no such tag, so the
-// gateway it ships carries no profiling hook.
+// Built with -tags pprof (kilnbench does, for its live heap figure), the gateway serves
+// net/http/pprof on KILN_BENCH_PPROF_ADDR, on a listener of its own. The release build has no such
+// tag, so the gateway it ships carries no profiling hook.
 
 import (
 	"net/http"

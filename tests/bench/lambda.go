@@ -29,12 +29,14 @@ type lambdaCold struct {
 	memory lambdaMemory
 }
 
-// lambdaTimes are a store's lambdaStarts, one per round.
+// lambdaTimes are a store's starts of the bootstrap, in ms, one per round: Init from exec until
+// it first asked for an invocation, Cold from exec until the first invocation's 200 response had
+// arrived whole, and Warm the second invocation's, from being queued to the end of its response.
 type lambdaTimes struct{ Init, Cold, Warm spread }
 
 // measureLambdaColdStart builds the gateway's bootstrap as the release is built, and times, on
 // DynamoDB (DynamoDB Local, seeded through kilnctl) and on the run's embedded store, exec to the
-// end of the first invocation's 200 response under a loopback Runtime API (see lambdaColdStart).
+// end of the first invocation's 200 response under a loopback Runtime API (see lambdaTimes).
 // The first start on each store is not counted: it warms DynamoDB Local's JVM, which on AWS is
 // always warm. Then it compares the memory sizes on DynamoDB (measureLambdaMemory).
 func measureLambdaColdStart(st *stack, repo string, rounds int) (c lambdaCold) {
@@ -70,15 +72,23 @@ func measureLambdaColdStart(st *stack, repo string, rounds int) (c lambdaCold) {
 				c.Err = err
 				return c
 			}
-			t, err := lambdaColdStart(task, s.env, event, filepath.Join(st.dir, fmt.Sprintf("cold-lambda-%s-%d.log", s.name, r+1)))
+			// The first invocation is cold; a second one of the same event is warm. The process
+			// is then killed, as Lambda ends an execution environment.
+			b, first, err := startBootstrap(task, s.env, nil, event, filepath.Join(st.dir, fmt.Sprintf("cold-lambda-%s-%d.log", s.name, r+1)))
+			if err != nil {
+				c.Err = fmt.Errorf("Lambda bootstrap on %s: %w", s.name, err)
+				return c
+			}
+			queued, warm, err := b.invoke(event)
+			b.stop()
 			if err != nil {
 				c.Err = fmt.Errorf("Lambda bootstrap on %s: %w", s.name, err)
 				return c
 			}
 			if r >= 0 {
-				s.times.Init = append(s.times.Init, t.init)
-				s.times.Cold = append(s.times.Cold, t.cold)
-				s.times.Warm = append(s.times.Warm, t.warm)
+				s.times.Init = append(s.times.Init, ms(b.inited.Sub(b.started)))
+				s.times.Cold = append(s.times.Cold, ms(first.at.Sub(b.started)))
+				s.times.Warm = append(s.times.Warm, ms(warm.at.Sub(queued)))
 			}
 		}
 	}
@@ -127,24 +137,6 @@ func functionURLEvent(repo, key string, body []byte) ([]byte, error) {
 	}
 	ev.Body, ev.IsBase64Encoded = string(body), false
 	return json.Marshal(ev)
-}
-
-// lambdaStart is one start of the bootstrap: init is from exec until it first asked for an
-// invocation, cold from exec until the first invocation's 200 response had arrived whole, and
-// warm the second invocation's, from being queued to the end of its response; in ms.
-type lambdaStart struct{ init, cold, warm float64 }
-
-// lambdaColdStart execs the bootstrap in task with the environment Lambda gives a function plus
-// env, under a Runtime API holding event, times its first invocation and then a second one
-// of the same event. The process is then killed, as Lambda ends an execution environment.
-func lambdaColdStart(task string, env []string, event []byte, logPath string) (lambdaStart, error) {
-	b, first, err := startBootstrap(task, env, nil, event, logPath)
-	if err != nil {
-		return lambdaStart{}, err
-	}
-	defer b.stop()
-	queued, warm, err := b.invoke(event)
-	return lambdaStart{init: ms(b.inited.Sub(b.started)), cold: ms(first.at.Sub(b.started)), warm: ms(warm.at.Sub(queued))}, err
 }
 
 // bootstrap is the gateway's bootstrap running under a loopback Lambda Runtime API (2018-06-01),

@@ -155,6 +155,7 @@ type phase struct {
 	elapsed     time.Duration            // the measured window
 	cpu         map[string]time.Duration // CPU used by each watched process in the window
 	syscalls    map[string]int64         // its read and write system calls in the window
+	switches    map[string]int64         // its threads' context switches in the window
 }
 
 func (p phase) rate() float64 { return float64(len(p.total)) / p.elapsed.Seconds() }
@@ -185,6 +186,15 @@ func since[V time.Duration | int64](w watch, f func(pid int) (V, error), before 
 		m[k] -= before[k]
 	}
 	return m
+}
+
+// account runs window and sets the phase's CPU, system calls and context switches to what each
+// process in w used meanwhile. The switches, which take the longest to read, are read outside the
+// CPU's window.
+func (p *phase) account(w watch, window func()) {
+	sw0, cpu0, sys0 := read(w, contextSwitches), read(w, processCPU), read(w, syscalls)
+	window()
+	p.cpu, p.syscalls, p.switches = since(w, processCPU, cpu0), since(w, syscalls, sys0), since(w, contextSwitches, sw0)
 }
 
 // add records one request: its timings, or its error.
@@ -231,13 +241,13 @@ func closedLoop(t target, kind requestKind, conns int, warmup, dur time.Duration
 		})
 	}
 	time.Sleep(warmup)
-	cpu0, sys0 := read(w, processCPU), read(w, syscalls)
-	t0 := time.Now()
-	state.Store(measuring)
-	time.Sleep(dur)
-	state.Store(stopping)
-	p.elapsed = time.Since(t0)
-	p.cpu, p.syscalls = since(w, processCPU, cpu0), since(w, syscalls, sys0)
+	p.account(w, func() {
+		t0 := time.Now()
+		state.Store(measuring)
+		time.Sleep(dur)
+		state.Store(stopping)
+		p.elapsed = time.Since(t0)
+	})
 	wg.Wait()
 	p.ttfb, p.total = p.ttfb.sorted(), p.total.sorted()
 	return p
@@ -250,19 +260,17 @@ func openLoop(t target, rate float64, dur time.Duration, w watch) phase {
 	c := newClient(512)
 	defer c.CloseIdleConnections()
 	body := t.body(nonStreaming)
-	cpu0, sys0 := read(w, processCPU), read(w, syscalls)
-	p := paced(rate, dur, 2048, func() error {
+	return paced(rate, dur, 2048, func() error {
 		_, err := call(context.Background(), c, t, body, false)
 		return err
-	})
-	p.cpu, p.syscalls = since(w, processCPU, cpu0), since(w, syscalls, sys0)
-	return p
+	}, w)
 }
 
 // paced calls send every 1/rate for dur, each call at its due time whatever the answers' pace,
-// and records each answer's latency from when it was due (total; ttfb is not measured); a call
-// that would exceed limit outstanding (0: no limit) is counted as an error and not made.
-func paced(rate float64, dur time.Duration, limit int64, send func() error) phase {
+// and records each answer's latency from when it was due (total; ttfb is not measured), and what
+// the processes in w used until the last answer; a call that would exceed limit outstanding (0:
+// no limit) is counted as an error and not made.
+func paced(rate float64, dur time.Duration, limit int64, send func() error, w watch) phase {
 	interval := time.Duration(float64(time.Second) / rate)
 	var mu sync.Mutex
 	var p phase
@@ -277,21 +285,23 @@ func paced(rate float64, dur time.Duration, limit int64, send func() error) phas
 			p.total = append(p.total, time.Since(due))
 		}
 	}
-	start := time.Now()
-	for due := start; due.Sub(start) < dur; due = due.Add(interval) {
-		time.Sleep(time.Until(due))
-		if limit > 0 && outstanding.Load() >= limit {
-			record(due, fmt.Errorf("over %d requests outstanding", limit))
-			continue
+	p.account(w, func() {
+		start := time.Now()
+		for due := start; due.Sub(start) < dur; due = due.Add(interval) {
+			time.Sleep(time.Until(due))
+			if limit > 0 && outstanding.Load() >= limit {
+				record(due, fmt.Errorf("over %d requests outstanding", limit))
+				continue
+			}
+			outstanding.Add(1)
+			wg.Go(func() {
+				defer outstanding.Add(-1)
+				record(due, send())
+			})
 		}
-		outstanding.Add(1)
-		wg.Go(func() {
-			defer outstanding.Add(-1)
-			record(due, send())
-		})
-	}
-	wg.Wait()
-	p.elapsed = time.Since(start)
+		wg.Wait()
+		p.elapsed = time.Since(start)
+	})
 	p.total = p.total.sorted()
 	return p
 }

@@ -20,9 +20,10 @@ import (
 
 // proc is a started child process whose stdout is scanned for its listen line.
 type proc struct {
-	name string
-	cmd  *exec.Cmd
-	base string // "http://ADDR/v1", from the "listening on" line
+	name    string
+	cmd     *exec.Cmd
+	base    string    // "http://ADDR/v1", from the "listening on" line
+	started time.Time // just before its exec
 }
 
 var listenLine = regexp.MustCompile(`listening on (http://\S+/v1)`)
@@ -40,11 +41,11 @@ func start(name, bin string, args, env []string, logPath string) (*proc, error) 
 	if err != nil {
 		return nil, err
 	}
+	p := &proc{name: name, cmd: cmd, started: time.Now()}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	logf.Close() // the child holds its own descriptor
-	p := &proc{name: name, cmd: cmd}
 	found := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)

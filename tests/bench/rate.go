@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"cmp"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -31,43 +29,22 @@ type rateRow struct {
 	target   float64 // ms of CPU per request the issue asks for; 0 for none
 	gateway  server
 	baseline *server
-	gw, base []ratePhase // one per round
-	onAWS    bool        // the row is the path that runs on AWS
+	gw, base []phase // one per round
+	onAWS    bool    // the row is the path that runs on AWS
 }
 
-// ratePhase is what one phase at a fixed rate measured of one server: the answers' latencies
-// from when each request was due to the end of its answer, and the process's CPU and its
-// threads' context switches over the window.
-type ratePhase struct {
-	phase
-	used     time.Duration
-	switches int64
-}
+// cpuPerRequest is a rate phase's CPU of its server in ms per request answered.
+func (p phase) cpuPerRequest() float64 { return perUnit(ms(p.cpu["server"]), p, false) }
 
-func (p ratePhase) cpuPerRequest() float64 {
-	if len(p.total) == 0 {
-		return 0
-	}
-	return ms(p.used) / float64(len(p.total))
-}
-
-func (p ratePhase) switchesPerRequest() float64 {
-	if len(p.total) == 0 {
-		return 0
-	}
-	return float64(p.switches) / float64(len(p.total))
-}
+// switchesPerRequest is a rate phase's context switches of its server's threads per request
+// answered.
+func (p phase) switchesPerRequest() float64 { return perUnit(float64(p.switches["server"]), p, false) }
 
 // rateLoop sends requests to s at rate for dur, each at its due time whatever the answers' pace,
-// and reads s's CPU before the first and after the last answer.
-func rateLoop(s server, rate float64, dur time.Duration) ratePhase {
-	cpu0, err0 := processCPU(s.pid)
-	sw0, errSw0 := contextSwitches(s.pid)
-	l := paced(rate, dur, 0, s.send)
-	cpu1, err1 := processCPU(s.pid)
-	sw1, errSw1 := contextSwitches(s.pid)
-	l.firstErr = cmp.Or(l.firstErr, errors.Join(err0, err1, errSw0, errSw1))
-	return ratePhase{phase: l, used: cpu1 - cpu0, switches: sw1 - sw0}
+// and reads s's CPU and context switches (as "server") before the first and after the last
+// answer.
+func rateLoop(s server, rate float64, dur time.Duration) phase {
+	return paced(rate, dur, 0, s.send, watch{"server": s.pid})
 }
 
 // rateResults are the rate phases of a run.
@@ -130,7 +107,7 @@ func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults 
 				dur = cfg.RateFor / 2 // many more requests in half the time
 			}
 			servers := row.servers()
-			got := make([]ratePhase, len(servers))
+			got := make([]phase, len(servers))
 			for _, i := range alternate(r, []int{0, 1}[:len(servers)]) {
 				s := servers[i]
 				logf("rate %.0f/s, %s round %d: measuring %s (pid %d) for %v", row.rate, row.what, r+1, s.name, s.pid, dur)

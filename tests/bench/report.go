@@ -223,7 +223,7 @@ type reportView struct {
 	Streaming table
 	Short     *struct{ Direct, Gateway, Errors string } // 16-token streams at 8 connections
 	CPU       table
-	Memory    *memoryView
+	Memory    *memory // with streams measured
 	Cold      cold
 	GoBench   *goBenchView
 	Store     *storeView
@@ -243,15 +243,6 @@ type storeView struct {
 	DynamoDB []*goBench
 }
 
-type memoryView struct {
-	Streams int
-	Rounds  int
-	Table   table
-	Errors  string
-	Live    liveMemoryResult
-	LiveErr error
-}
-
 type goBenchView struct {
 	Command string
 	List    []*goBench
@@ -265,8 +256,11 @@ type goBenchView struct {
 // Report writes the results as the markdown of BENCHMARKS.md.
 func (r *Results) Report(w io.Writer, m Machine, command string) error {
 	v := reportView{Cfg: r.Cfg, M: m, Command: command, Cold: r.Cold, Started: r.Started.Format(time.RFC3339), LoadStart: r.LoadStart, Errors: r.Errors}
-	for _, fill := range []func(*reportView){r.targets, r.latency, r.streaming, r.cpu, r.memory, r.goBench, r.fixedRate, r.lambdaCost} {
+	for _, fill := range []func(*reportView){r.targets, r.latency, r.streaming, r.cpu, r.goBench, r.fixedRate, r.lambdaCost} {
 		fill(&v)
+	}
+	if r.Memory.Streams > 0 {
+		v.Memory = &r.Memory
 	}
 	return reportTemplate.Execute(w, v)
 }
@@ -302,7 +296,7 @@ func (r *Results) targets(v *reportView) {
 		t.Allocs = spread{a}
 	}
 	t.RSS, t.BareRSS = r.Memory.perStream(ofGateway), r.Memory.perStream(ofBare)
-	if l := r.Memory.live; l.Opened > 0 {
+	if l := r.Memory.Live; l.Opened > 0 {
 		t.Live = spread{kib(l.PerStream.Total())}
 	}
 }
@@ -407,29 +401,23 @@ func (r *Results) cpu(v *reportView) {
 	v.CPU = t
 }
 
-func (r *Results) memory(v *reportView) {
-	mm := r.Memory
-	if mm.streams == 0 {
-		return
-	}
-	mv := &memoryView{Streams: mm.streams, Rounds: len(mm.rounds), Live: mm.live, LiveErr: mm.liveErr,
-		Table: table{Head: []string{"process", "streams open", "RSS before, MiB", "RSS with streams, MiB", "per open stream, KiB"}}}
+// Table is the memory section's table: what the streams held in each process, medians over the
+// rounds.
+func (m memory) Table() table {
+	t := table{Head: []string{"process", "streams open", "RSS before, MiB", "RSS with streams, MiB", "per open stream, KiB"}}
 	for _, row := range []struct {
 		name   string
 		via    side
 		behind bool
 	}{{"simulator, called directly", ofDirect, false}, {"gateway", ofGateway, false}, {"simulator, behind the gateway", ofGateway, true},
 		{"bare proxy", ofBare, false}, {"simulator, behind the bare proxy", ofBare, true}} {
-		hs := mm.held(row.via, row.behind)
+		hs := m.held(row.via, row.behind)
 		median := func(format string, f func(held) float64) string { return fmt.Sprintf(format, perRound(hs, f).median()) }
-		mv.Table.add(row.name, median("%.0f", func(h held) float64 { return float64(h.opened) }),
+		t.add(row.name, median("%.0f", func(h held) float64 { return float64(h.opened) }),
 			median("%.1f", func(h held) float64 { return float64(h.before) / (1 << 20) }), median("%.1f", func(h held) float64 { return float64(h.with) / (1 << 20) }),
 			perRound(hs, func(h held) float64 { return kib(h.perStream()) }).fmt("%.1f"))
 	}
-	if mm.err != nil {
-		mv.Errors = mm.err.Error()
-	}
-	v.Memory = mv
+	return t
 }
 
 func (r *Results) goBench(v *reportView) {

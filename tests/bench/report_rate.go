@@ -76,21 +76,21 @@ func (rs rateResults) table() table {
 		t.Head = append(t.Head, "baseline, ms", "gateway / baseline")
 	}
 	for _, row := range rs.rows {
-		cpu := perRound(row.gw, ratePhase.cpuPerRequest)
+		cpu := perRound(row.gw, phase.cpuPerRequest)
 		target := ""
 		if row.target > 0 {
 			target = fmt.Sprintf("≤ %.1f ms (issue 19): %s", row.target, verdict(cpu.median() <= row.target))
 		}
 		cells := []string{row.gateway.name, row.what, fmt.Sprintf("%.0f req/s", row.rate), cpu.fmt("%.3f"),
-			perRound(row.gw, ratePhase.switchesPerRequest).fmt("%.1f"),
-			perRound(row.gw, func(ph ratePhase) float64 { return ms(ph.total.q(.5)) }).fmt("%.2f"), target}
+			perRound(row.gw, phase.switchesPerRequest).fmt("%.1f"),
+			perRound(row.gw, func(ph phase) float64 { return ms(ph.total.q(.5)) }).fmt("%.2f"), target}
 		switch {
 		case row.baseline != nil:
 			ratio := make(spread, 0, len(row.gw))
 			for i := range min(len(row.gw), len(row.base)) {
 				ratio = append(ratio, row.gw[i].cpuPerRequest()/row.base[i].cpuPerRequest())
 			}
-			cells = append(cells, perRound(row.base, ratePhase.cpuPerRequest).fmt("%.3f"), ratio.fmt("%.2f"))
+			cells = append(cells, perRound(row.base, phase.cpuPerRequest).fmt("%.3f"), ratio.fmt("%.2f"))
 		case base:
 			cells = append(cells, "", "")
 		}
@@ -114,9 +114,9 @@ func (rs rateResults) explain() *rateExplainView {
 	if floor == nil || boot == nil || len(floor.gw) == 0 || len(boot.gw) == 0 {
 		return nil
 	}
-	med := func(row *rateRow, f func(ratePhase) float64) float64 { return perRound(row.gw, f).median() }
-	e := &rateExplainView{BareCPU: med(floor, ratePhase.cpuPerRequest), BareSwitches: med(floor, ratePhase.switchesPerRequest),
-		BootCPU: med(boot, ratePhase.cpuPerRequest), BootSwitches: med(boot, ratePhase.switchesPerRequest)}
+	med := func(row *rateRow, f func(phase) float64) float64 { return perRound(row.gw, f).median() }
+	e := &rateExplainView{BareCPU: med(floor, phase.cpuPerRequest), BareSwitches: med(floor, phase.switchesPerRequest),
+		BootCPU: med(boot, phase.cpuPerRequest), BootSwitches: med(boot, phase.switchesPerRequest)}
 	e.Times, e.PerExchange = e.BootCPU/e.BareCPU, e.BareCPU/2
 	e.Five = e.PerExchange * 5
 	return e

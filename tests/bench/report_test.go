@@ -97,7 +97,7 @@ func fixtureResults() *Results {
 		Short:     pairs(time.Millisecond, false, 200*18),
 		Long:      map[int][]pair{1: pairs(8*time.Millisecond, false, 200*1002), 8: pairs(24*time.Millisecond, false, 200*1002)},
 		Open:      pairs(700*time.Microsecond, true, 0),
-		Memory:    memory{streams: 1000, rounds: fixtureIdle(), live: liveMemoryResult{Opened: 1000, PerStream: memStats{24000, 10000}}},
+		Memory:    memory{Streams: 1000, Rounds: fixtureIdle(), Live: liveMemoryResult{Opened: 1000, PerStream: memStats{24000, 10000}}},
 		Cold: cold{Gateway: sp(11, 10.5, 12.8), Sim: sp(3, 2.9, 4.5),
 			Lambda: lambdaCold{Dynamo: lambdaTimes{Init: sp(7, 5, 7.5), Cold: sp(39, 33, 55), Warm: sp(24, 12, 33)},
 				SQLite: lambdaTimes{Init: sp(7, 6.7, 11), Cold: sp(9.5, 8.8, 14), Warm: sp(2.1, 1.2, 2.5)}}},
@@ -143,15 +143,15 @@ func fixtureIdle() [][3]idle {
 // gateway on the embedded store and the local server on DynamoDB Local.
 func fixtureRates() rateResults {
 	rnd := rand.New(rand.NewPCG(3, 4))
-	phases := func(cpu time.Duration, switches int64, p50 time.Duration) []ratePhase {
-		ps := make([]ratePhase, 3)
+	phases := func(cpu time.Duration, switches int64, p50 time.Duration) []phase {
+		ps := make([]phase, 3)
 		for i := range ps {
 			total := make(latencies, 160)
 			for j := range total {
 				total[j] = p50/2 + time.Duration(rnd.Int64N(int64(p50)))
 			}
-			ps[i] = ratePhase{used: 160 * (cpu + time.Duration(rnd.Int64N(int64(cpu/10)))),
-				switches: 160*switches + rnd.Int64N(160), phase: phase{elapsed: 8 * time.Second, total: total.sorted()}}
+			ps[i] = phase{cpu: map[string]time.Duration{"server": 160 * (cpu + time.Duration(rnd.Int64N(int64(cpu/10))))},
+				switches: map[string]int64{"server": 160*switches + rnd.Int64N(160)}, elapsed: 8 * time.Second, total: total.sorted()}
 		}
 		return ps
 	}

@@ -69,11 +69,11 @@ type pair [3]phase
 // memory is, per round, what the slow streams held in each side's fresh processes, and the
 // gateway's live heap and stacks, measured on a stack of its own.
 type memory struct {
-	streams int
-	rounds  [][3]idle // by side
-	err     error
-	live    liveMemoryResult
-	liveErr error
+	Streams int
+	Rounds  [][3]idle // by side
+	Err     error
+	Live    liveMemoryResult
+	LiveErr error
 }
 
 // idle is what the slow streams through one side held in one round: in the process in front (the
@@ -92,7 +92,7 @@ func (h held) perStream() float64 { return float64(h.with-h.before) / float64(h.
 // via, or in the simulator behind it.
 func (m memory) held(via side, behind bool) []held {
 	var hs []held
-	for _, r := range m.rounds {
+	for _, r := range m.Rounds {
 		h := r[via].front
 		if behind {
 			h = r[via].behind
@@ -136,6 +136,7 @@ func Run(cfg Config) (*Results, error) {
 	defer st.close()
 	// The load generator is this process: its CPU completes the account of what a request costs.
 	all := watch{"gateway": st.gw.pid(), "simulator": st.sim.pid(), "bareproxy": st.proxy.pid(), "loadgen": os.Getpid()}
+	logf("process ids (for perf record -p): %v", all)
 
 	// Sanity: each kind of request through every target, whole; through the bare proxy, those
 	// it is measured on: non-streamed, and streams (the memory phase's).
@@ -182,7 +183,7 @@ func Run(cfg Config) (*Results, error) {
 	logf("memory: %d slow streams, %d rounds in fresh processes", cfg.Streams, cfg.Rounds)
 	res.Memory = measureMemory(cfg, st, logf)
 	logf("memory: live heap and stacks of %d slow streams", cfg.Streams)
-	res.Memory.live, res.Memory.liveErr = measureLiveMemory(cfg, cfg.Streams)
+	res.Memory.Live, res.Memory.LiveErr = measureLiveMemory(cfg, cfg.Streams)
 
 	// rounds measures the direct target and the gateway, and the bare proxy too when bare,
 	// cfg.Rounds times. The order reverses every round (direct, bare, gateway; then gateway,
@@ -257,7 +258,7 @@ func Run(cfg Config) (*Results, error) {
 }
 
 // setUp builds the binaries and starts the simulator, the bare proxy in front of it and the
-// gateway (built with gwTags and gwEnv added to its environment, for the profiling build), with
+// gateway (built with gwTags and gwEnv added to its environment, for the live-memory build), with
 // an organization that load cannot exhaust.
 func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
 	dir, err := os.MkdirTemp("", "kilnbench-")
@@ -413,19 +414,19 @@ func freeAddr() (string, error) {
 // measureMemory reads, in cfg.Rounds rounds whose order reverses every round, the RSS that
 // cfg.Streams slow streams hold in each side's processes, started afresh for each (idleFresh).
 func measureMemory(cfg Config, st *stack, logf func(string, ...any)) memory {
-	m := memory{streams: cfg.Streams}
+	m := memory{Streams: cfg.Streams}
 	names := [3]string{st.direct.name, st.gateway.name, st.bare.name}
 	for r := range cfg.Rounds {
 		var round [3]idle
 		for _, s := range alternate(r, []side{ofDirect, ofBare, ofGateway}) {
 			var err error
 			if round[s], err = st.idleFresh(s, st.gwBin, cfg.Streams); err != nil {
-				m.err = errors.Join(m.err, fmt.Errorf("%s, round %d: %w", names[s], r+1, err))
+				m.Err = errors.Join(m.Err, fmt.Errorf("%s, round %d: %w", names[s], r+1, err))
 			}
 		}
 		logf("memory round %d: %.1f KiB per idle stream directly, %.1f through the gateway, %.1f through the bare proxy", r+1,
 			kib(round[ofDirect].front.perStream()), kib(round[ofGateway].front.perStream()), kib(round[ofBare].front.perStream()))
-		m.rounds = append(m.rounds, round)
+		m.Rounds = append(m.Rounds, round)
 	}
 	return m
 }
@@ -494,13 +495,13 @@ func (st *stack) idleFresh(via side, gwBin string, n int) (idle, error) {
 // the gateway restarts on the data directory the run already created.
 func measureColdStart(st *stack, rounds int) (c cold) {
 	for r := range rounds {
-		took, err := coldStart(st.simBin, []string{"PATH=" + os.Getenv("PATH")}, "-addr", st.direct, filepath.Join(st.dir, "cold-sim.log"))
+		took, err := coldStart("simulator", st.simBin, []string{"PATH=" + os.Getenv("PATH")}, st.direct, filepath.Join(st.dir, "cold-sim.log"))
 		if err != nil {
 			c.Err = err
 			return c
 		}
 		c.Sim = append(c.Sim, took)
-		if took, err = coldStart(st.gwBin, st.env, "", st.gateway, filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r))); err != nil {
+		if took, err = coldStart("gateway", st.gwBin, st.env, st.gateway, filepath.Join(st.dir, fmt.Sprintf("cold-gw-%d.log", r))); err != nil {
 			c.Err = err
 			return c
 		}
@@ -509,43 +510,24 @@ func measureColdStart(st *stack, rounds int) (c cold) {
 	return c
 }
 
-// coldStart execs bin with env, listening on a free port (through addrFlag, or KILN_ADDR), and
-// returns the milliseconds until a chat completion to t there first answers 200.
-func coldStart(bin string, env []string, addrFlag string, t target, logPath string) (float64, error) {
-	addr, err := freeAddr()
+// coldStart starts bin with env (see start) and returns the milliseconds from its exec until a
+// chat completion to t there first answers 200.
+func coldStart(name, bin string, env []string, t target, logPath string) (float64, error) {
+	p, err := start(name, bin, nil, env, logPath)
 	if err != nil {
 		return 0, err
 	}
-	cmd := exec.Command(bin)
-	cmd.Env = append(slices.Clone(env), "KILN_ADDR="+addr)
-	if addrFlag != "" {
-		cmd = exec.Command(bin, addrFlag, addr)
-		cmd.Env = env
-	}
-	logf, err := os.Create(logPath)
-	if err != nil {
-		return 0, err
-	}
-	defer logf.Close()
-	cmd.Stderr = logf
-	t.url = "http://" + addr + "/v1/chat/completions"
+	defer p.stop()
+	t.url = p.base + "/chat/completions"
 	body := t.body(nonStreaming)
 	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
-	started := time.Now()
-	if err := cmd.Start(); err != nil {
-		return 0, err
-	}
-	defer (&proc{name: bin, cmd: cmd}).stop()
-	for time.Since(started) < 10*time.Second {
-		if conn, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			conn.Close()
-			if _, err := call(context.Background(), c, t, body, false); err == nil {
-				return ms(time.Since(started)), nil
-			}
+	for time.Since(p.started) < 10*time.Second {
+		if _, err := call(context.Background(), c, t, body, false); err == nil {
+			return ms(time.Since(p.started)), nil
 		}
 		time.Sleep(200 * time.Microsecond)
 	}
-	return 0, fmt.Errorf("%s: no 200 within 10 s", filepath.Base(bin))
+	return 0, fmt.Errorf("%s: no 200 within 10 s", name)
 }
 
 // seedOrg creates, through kilnctl on the store env names, the benchmark's organization and

@@ -26,14 +26,13 @@ func main() {
 }
 
 func run() error {
-	addr := flag.String("addr", "127.0.0.1:0", "listen address")
 	upstream := flag.String("upstream", "", "the model server, http://HOST:PORT")
 	flag.Parse()
 	u, err := url.Parse(*upstream)
 	if err != nil || u.Scheme == "" || u.Host == "" {
 		return fmt.Errorf("-upstream: want http://HOST:PORT, got %q", *upstream)
 	}
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}

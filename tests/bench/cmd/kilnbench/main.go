@@ -1,6 +1,5 @@
 // Command kilnbench measures the gateway against the model simulator called directly, in the same
-// run, and writes the markdown table of BENCHMARKS.md (`make bench`). With -profile DIR it instead
-// saves CPU profiles of the gateway under load.
+// run, and writes the markdown table of BENCHMARKS.md (`make bench`).
 package main
 
 import (
@@ -26,7 +25,7 @@ func main() {
 
 func run() error {
 	cfg := bench.Config{Log: os.Stderr}
-	var conns, out, command, profile string
+	var conns, out, command string
 	flag.StringVar(&cfg.GatewayBin, "gateway", "", "a built gateway binary; empty builds ./functions/gateway")
 	flag.IntVar(&cfg.Rounds, "rounds", 5, "rounds of every comparison")
 	flag.DurationVar(&cfg.Duration, "duration", 2*time.Second, "measured window of one closed-loop phase")
@@ -39,12 +38,10 @@ func run() error {
 	flag.IntVar(&cfg.GoBenchRuns, "go-bench-count", 3, "-count of the Go micro-benchmarks; 0 skips them")
 	flag.DurationVar(&cfg.RateFor, "rate-for", 8*time.Second, "one phase at 20 req/s (half that at 500 req/s) of the CPU-per-request figures; 0 skips them")
 	flag.IntVar(&cfg.RateRounds, "rate-rounds", 3, "rounds of the CPU-per-request phases at 20 and 500 req/s")
-	flag.BoolVar(&cfg.OnlyRates, "only-rates", false, "measure only the CPU-per-request phases at 20 and 500 req/s and, with -baseline-gateway, the side-by-side comparison; with -profile, profile only at 20 req/s")
+	flag.BoolVar(&cfg.OnlyRates, "only-rates", false, "measure only the CPU-per-request phases at 20 and 500 req/s and, with -baseline-gateway, the side-by-side comparison")
 	flag.StringVar(&cfg.BaselineBin, "baseline-gateway", "", "a second gateway binary (another commit's) measured beside -gateway in the same rounds: CPU per request at 8 connections, at 500 and 20 req/s, per streamed chunk, RSS per idle stream")
 	flag.StringVar(&out, "out", "", "also write the report to this file (BENCHMARKS.md)")
 	flag.StringVar(&command, "command", "", "the command to print as having produced the report; default: this one")
-	flag.StringVar(&profile, "profile", "", "instead of the suite, save CPU profiles of the gateway under load in this directory")
-	seconds := flag.Int("profile-seconds", 10, "length of each CPU profile")
 	flag.Parse()
 
 	for _, s := range strings.Split(conns, ",") {
@@ -59,9 +56,6 @@ func run() error {
 		return err
 	}
 	cfg.Repo = repo
-	if profile != "" {
-		return bench.Profile(cfg, profile, *seconds)
-	}
 	if command == "" {
 		command = "go run ./tests/bench/cmd/kilnbench " + strings.Join(os.Args[1:], " ")
 	}
