@@ -22,7 +22,6 @@ type statements struct {
 	admitCheck  *sql.Stmt
 	admitPurge  *sql.Stmt
 	admitInsert *sql.Stmt
-	renew       *sql.Stmt
 
 	settleRelease *sql.Stmt
 	settleLimit   *sql.Stmt
@@ -75,8 +74,6 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 		{w, &st.admitPurge, `DELETE FROM leases WHERE org_id = ? AND expires_at <= ?`},
 		{w, &st.admitInsert, `INSERT INTO leases (org_id, holder_id, expires_at, reserved) VALUES (?, ?, ?, ?)
 			ON CONFLICT DO NOTHING`},
-		{w, &st.renew, `UPDATE leases SET expires_at = ?
-			WHERE org_id = ? AND holder_id = ? AND expires_at > ?`},
 
 		{w, &st.settleRelease, `DELETE FROM leases WHERE org_id = ? AND holder_id = ?`},
 		// What a settlement may debit: the balance less the reservations of the organization's
