@@ -188,40 +188,24 @@ func (s *Store) marker(d usage.Delta) types.TransactWriteItem {
 // absent, with the attributes a reader needs (org_id, and day and model or month) set.
 func (s *Store) rollupAdd(orgID, sk string, t usage.Totals) types.TransactWriteItem {
 	// Every attribute goes through a name placeholder: day and month are reserved words.
-	names := map[string]string{"#org": "org_id"}
-	values := item{":org": ddbitem.S(orgID)}
-	expr := "SET #org = :org"
-	set := func(name, v string) {
-		expr += ", #" + name + " = :" + name
-		names["#"+name], values[":"+name] = name, ddbitem.S(v)
-	}
+	n := names("#org", "org_id", "#requests", "requests", "#prompt", "prompt_tokens", "#cached", "cached_tokens",
+		"#completion", "completion_tokens", "#cost", "cost")
+	v := item{":org": ddbitem.S(orgID), ":requests": ddbitem.N(t.Requests), ":prompt": ddbitem.N(t.PromptTokens),
+		":cached": ddbitem.N(t.CachedTokens), ":completion": ddbitem.N(t.CompletionTokens), ":cost": ddbitem.N(int64(t.Cost))}
+	expr := "SET #org = :org, #month = :month"
 	if rest, ok := strings.CutPrefix(sk, dayPrefix); ok {
 		day, model, _ := strings.Cut(rest, "#")
-		set("day", day)
-		set("model", model)
+		expr = "SET #org = :org, #day = :day, #model = :model"
+		n["#day"], n["#model"], v[":day"], v[":model"] = "day", "model", ddbitem.S(day), ddbitem.S(model)
 	} else {
-		set("month", strings.TrimPrefix(sk, monthPrefix))
-	}
-	expr += " ADD"
-	for i, f := range []struct {
-		name string
-		n    int64
-	}{
-		{"requests", t.Requests}, {"prompt_tokens", t.PromptTokens}, {"cached_tokens", t.CachedTokens},
-		{"completion_tokens", t.CompletionTokens}, {"cost", int64(t.Cost)},
-	} {
-		if i > 0 {
-			expr += ","
-		}
-		expr += " #" + f.name + " :" + f.name
-		names["#"+f.name], values[":"+f.name] = f.name, ddbitem.N(f.n)
+		n["#month"], v[":month"] = "month", ddbitem.S(strings.TrimPrefix(sk, monthPrefix))
 	}
 	return types.TransactWriteItem{Update: &types.Update{
 		TableName:                 &s.tables.Aggregates,
 		Key:                       keyOf("pk", orgID, "sk", sk),
-		UpdateExpression:          aws.String(expr),
-		ExpressionAttributeNames:  names,
-		ExpressionAttributeValues: values,
+		UpdateExpression:          aws.String(expr + " ADD #requests :requests, #prompt :prompt, #cached :cached, #completion :completion, #cost :cost"),
+		ExpressionAttributeNames:  n,
+		ExpressionAttributeValues: v,
 	}}
 }
 

@@ -27,7 +27,7 @@ func cyclesFor(srv *dynamotest.Server) raceCycles {
 // tables of its own.
 func TestContract(t *testing.T) {
 	eachServer(t, func(t *testing.T, srv *dynamotest.Server) {
-		storetest.RunWithOptions(t, func(t *testing.T) store.Store { return srv.NewStore(t) },
+		storetest.Run(t, func(t *testing.T) store.Store { return srv.NewStore(t) },
 			storetest.Options{RaceCycles: cyclesFor(srv).contract})
 	})
 }

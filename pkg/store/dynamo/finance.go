@@ -68,19 +68,8 @@ func (s *Store) DayRollupItems(ctx context.Context, orgID, fromDay, toDay string
 }
 
 func (s *Store) queryItems(ctx context.Context, in *dynamodb.QueryInput, fn func(map[string]types.AttributeValue) error) error {
-	p := dynamodb.NewQueryPaginator(s.db, in)
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return fmt.Errorf("query %s: %w", aws.ToString(in.TableName), err)
-		}
-		for _, it := range page.Items {
-			if err := fn(it); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	err := eachItem(ctx, dynamodb.NewQueryPaginator(s.db, in), func(page *dynamodb.QueryOutput) []item { return page.Items }, fn)
+	return store.Wrapf(err, "query %s", aws.ToString(in.TableName))
 }
 
 // MarkerItems hands fn the aggregates' generation markers of the organization's generations

@@ -16,21 +16,25 @@ import (
 	"github.com/neocloud/kiln/pkg/store"
 )
 
-// ledgerItem is a ledger entry's item: the organization and the entry ID are its key, so that
-// an ID is written once per organization (a debit's ID is its generation id). The amount is
-// exact twice over: picodollars in a number, and the same as a decimal USD string for people
-// reading exports.
-func ledgerItem(e store.LedgerEntry, at int64) item {
-	return item{
-		"org_id":     ddbitem.S(e.OrgID),
-		"entry_id":   ddbitem.S(e.ID),
-		"kind":       ddbitem.S(string(e.Kind)),
-		"amount":     ddbitem.N(int64(e.Amount)),
-		"amount_usd": ddbitem.S(e.Amount.String()),
-		"note":       ddbitem.S(e.Note),
-		"at":         ddbitem.N(at),
-		"at_utc":     ddbitem.S(store.FromUnixNanos(at).Format(time.RFC3339Nano)),
-	}
+// ledgerPut is the put of a ledger entry's item, on the condition that the organization has no
+// entry of its ID: the organization and the entry ID are the item's key, so that an ID is written
+// once per organization (a debit's ID is its generation id). The amount is exact twice over:
+// picodollars in a number, and the same as a decimal USD string for people reading exports.
+func (s *Store) ledgerPut(e store.LedgerEntry, at int64) types.TransactWriteItem {
+	return types.TransactWriteItem{Put: &types.Put{
+		TableName: &s.tables.Ledger,
+		Item: item{
+			"org_id":     ddbitem.S(e.OrgID),
+			"entry_id":   ddbitem.S(e.ID),
+			"kind":       ddbitem.S(string(e.Kind)),
+			"amount":     ddbitem.N(int64(e.Amount)),
+			"amount_usd": ddbitem.S(e.Amount.String()),
+			"note":       ddbitem.S(e.Note),
+			"at":         ddbitem.N(at),
+			"at_utc":     ddbitem.S(store.FromUnixNanos(at).Format(time.RFC3339Nano)),
+		},
+		ConditionExpression: aws.String("attribute_not_exists(entry_id)"),
+	}}
 }
 
 // AddEntry applies a top-up (a positive amount) or an adjustment (any non-zero amount) in one
@@ -55,11 +59,7 @@ func (s *Store) addEntry(ctx context.Context, e store.LedgerEntry) error {
 				ConditionExpression:       aws.String("attribute_exists(balance)"),
 				ExpressionAttributeValues: item{":amount": ddbitem.N(int64(e.Amount))},
 			}},
-			{Put: &types.Put{
-				TableName:           &s.tables.Ledger,
-				Item:                ledgerItem(e, at),
-				ConditionExpression: aws.String("attribute_not_exists(entry_id)"),
-			}},
+			s.ledgerPut(e, at),
 		}
 	})
 	if err != nil {

@@ -102,12 +102,24 @@ func (s *Store) scanOrgs(ctx context.Context, projection *string, fn func(item) 
 		ExpressionAttributeValues: item{":org": ddbitem.S(skOrg)},
 		ConsistentRead:            aws.Bool(true),
 	})
+	return eachItem(ctx, p, func(page *dynamodb.ScanOutput) []item { return page.Items }, fn)
+}
+
+// pager is one of the SDK's paginators (dynamodb.NewQueryPaginator, NewScanPaginator), whose
+// pages are O.
+type pager[O any] interface {
+	HasMorePages() bool
+	NextPage(ctx context.Context, optFns ...func(*dynamodb.Options)) (O, error)
+}
+
+// eachItem hands fn the items, which items picks from each page, of every page p reads.
+func eachItem[O any](ctx context.Context, p pager[O], items func(O) []item, fn func(item) error) error {
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
 			return err
 		}
-		for _, it := range page.Items {
+		for _, it := range items(page) {
 			if err := fn(it); err != nil {
 				return err
 			}

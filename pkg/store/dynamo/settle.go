@@ -68,11 +68,7 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleRe
 			}})
 			if cost > 0 {
 				debit := store.LedgerEntry{ID: e.GenerationID, OrgID: e.OrgID, Kind: store.EntryDebit, Amount: -cost, Note: e.Model}
-				items = append(items, types.TransactWriteItem{Put: &types.Put{
-					TableName:           &s.tables.Ledger,
-					Item:                ledgerItem(debit, now),
-					ConditionExpression: aws.String("attribute_not_exists(entry_id)"),
-				}})
+				items = append(items, s.ledgerPut(debit, now))
 			}
 			return items
 		})

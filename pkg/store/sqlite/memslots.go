@@ -23,7 +23,7 @@ import (
 // gateway's slots go with its process. kilnctl and other Stores opened without OwnSlots keep
 // using the leases table, which the owner keeps a copy of its slots in, so that `kilnctl org
 // show` lists them: mirrorEvery after the first change it has not copied, a goroutine writes the
-// holders that changed since its last copy, in a write that shares the settlements' commits, so
+// holders that differ from its last copy, in a write that shares the settlements' commits, so
 // the copy is at most that and a commit or two behind; slots that are back to what the table
 // holds before then are not copied.
 
@@ -36,12 +36,11 @@ const LockName = "gateway.lock"
 type memSlots struct {
 	mu      sync.Mutex
 	holders map[string]map[string]slot
-	changed map[holder]struct{} // the holders changed since the last changes
+	table   map[holder]slot     // what the leases table holds: the slots of the mirror's copies
+	changed map[holder]struct{} // the holders whose slot differs from table's
 	wake    chan struct{}       // the mirror has a change to copy
 	copy    *time.Timer         // wakes the mirror mirrorEvery after the first change it has not copied
 	armed   bool                // copy is running
-	// tableEmpty: the leases table holds no slot (the mirror's last copy was empty).
-	tableEmpty bool
 }
 
 // slot is one holder's lease: its expiry in Unix nanoseconds and its reservation in picodollars.
@@ -60,7 +59,7 @@ type slotChange struct {
 }
 
 func newMemSlots() *memSlots {
-	m := &memSlots{holders: map[string]map[string]slot{}, changed: map[holder]struct{}{}, wake: make(chan struct{}, 1), tableEmpty: true}
+	m := &memSlots{holders: map[string]map[string]slot{}, table: map[holder]slot{}, changed: map[holder]struct{}{}, wake: make(chan struct{}, 1)}
 	m.copy = time.AfterFunc(mirrorEvery, m.wakeMirror)
 	m.copy.Stop()
 	return m
@@ -73,33 +72,27 @@ func (m *memSlots) wakeMirror() {
 	}
 }
 
-// change records that the holder's slot changed; m.mu is held. The mirror copies it mirrorEvery
-// after the first change it has not copied, unless the slots are back to what the leases table
-// holds by then: at a low rate a request's settlement, a few milliseconds after its admission,
-// leaves no slot, which the table already holds, and nothing wakes between requests.
+// change weighs the holder's slot, which just changed, against the leases table's; m.mu is held.
+// The mirror copies mirrorEvery after the first difference it has not copied, unless the slots
+// are back to what the table holds by then: at a low rate a request's settlement, a few
+// milliseconds after its admission, leaves no slot, which the table already holds, and nothing
+// wakes between requests.
 func (m *memSlots) change(orgID, holderID string) {
-	m.changed[holder{orgID, holderID}] = struct{}{}
-	if m.tableEmpty && m.empty() {
-		if m.armed {
+	h := holder{orgID, holderID}
+	sl, held := m.holders[orgID][holderID]
+	if copied, ok := m.table[h]; ok == held && copied == sl {
+		delete(m.changed, h)
+	} else {
+		m.changed[h] = struct{}{}
+	}
+	if differ := len(m.changed) > 0; differ != m.armed {
+		if differ {
+			m.copy.Reset(mirrorEvery)
+		} else {
 			m.copy.Stop()
-			m.armed = false
 		}
-		return
+		m.armed = differ
 	}
-	if !m.armed {
-		m.copy.Reset(mirrorEvery)
-		m.armed = true
-	}
-}
-
-// empty reports whether no holder holds a slot; m.mu is held.
-func (m *memSlots) empty() bool {
-	for _, held := range m.holders {
-		if len(held) > 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // admit takes a slot for holder under limit, at now until expires, reserving reserve of balance:
@@ -203,26 +196,28 @@ func (m *memSlots) inFlight(orgID string, now int64) []store.Lease {
 	return leases
 }
 
-// copied records that the leases table now holds the changes' copy, and whether that left it
-// empty. A change made while the copy was written was weighed against the table as it was before
-// (change disarms the copy when the slots are back to an empty table), so it is copied in its
-// turn.
-func (m *memSlots) copied(tableEmpty bool) {
+// copied records that the leases table now holds cs, and weighs their holders against it again:
+// one that changed while cs was written was weighed against the table as it was before, and is
+// copied in its turn.
+func (m *memSlots) copied(cs []slotChange) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.tableEmpty = tableEmpty
-	if len(m.changed) > 0 && !m.armed && !(m.tableEmpty && m.empty()) {
-		m.copy.Reset(mirrorEvery)
-		m.armed = true
+	for _, c := range cs {
+		if c.held {
+			m.table[c.holder] = c.slot
+		} else {
+			delete(m.table, c.holder)
+		}
+		m.change(c.orgID, c.holderID)
 	}
 }
 
-// changes returns the holders changed since the last changes, as they are now: what the mirror
-// writes is what changed, not every slot.
+// changes returns the holders that differ from the leases table, as they are now: what the
+// mirror writes is what changed, not every slot. They stay changed until copied.
 func (m *memSlots) changes() []slotChange {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.armed = false // the next change is one these do not hold
+	m.armed = false // the copy woke the mirror; the next change arms it again
 	if len(m.changed) == 0 {
 		return nil
 	}
@@ -231,17 +226,7 @@ func (m *memSlots) changes() []slotChange {
 		sl, held := m.holders[h.orgID][h.holderID]
 		cs = append(cs, slotChange{h, sl, held})
 	}
-	clear(m.changed)
 	return cs
-}
-
-// rechange marks holders changed again, whose copy was not written.
-func (m *memSlots) rechange(cs []slotChange) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, c := range cs {
-		m.changed[c.holder] = struct{}{}
-	}
 }
 
 // ownSlots takes the directory's lock file and starts the mirror; the leases table, whatever an
@@ -276,54 +261,32 @@ func (s *Store) ownSlots() error {
 // after every request to find nothing to copy cost a tenth of the gateway's CPU at 20 req/s.
 const mirrorEvery = 50 * time.Millisecond
 
-// mirrorLoop copies the changed holders to the leases table when memSlots.copy wakes it (the
-// changes made meanwhile are in the same copy), one copy at a time, leaving out those the table
-// already holds as they are, until Close.
+// mirrorLoop copies the holders that differ from the leases table to it when memSlots.copy wakes
+// it (the changes made meanwhile are in the same copy), one copy at a time, until Close.
 func (s *Store) mirrorLoop() {
 	defer close(s.mirrorDone)
-	pause := time.NewTimer(mirrorEvery)
-	pause.Stop()
-	sleep := func(d time.Duration) bool {
-		pause.Reset(d)
-		select {
-		case <-pause.C:
-			return true
-		case <-s.mirrorStop:
-			return false
-		}
-	}
-	table := map[holder]slot{} // what the leases table holds: ownSlots emptied it
 	for {
 		select {
 		case <-s.slots.wake:
 		case <-s.mirrorStop:
 			return
 		}
-		cs := slices.DeleteFunc(s.slots.changes(), func(c slotChange) bool {
-			sl, ok := table[c.holder]
-			return ok == c.held && sl == c.slot
-		})
+		cs := s.slots.changes()
 		if len(cs) == 0 {
 			continue
 		}
 		if err := s.mirror(context.Background(), cs); err != nil {
-			// Tried again after a longer pause (the store may be refusing writes for a
-			// while); the slots themselves are in memory and unaffected.
-			if !sleep(time.Second) {
+			// They stay changed, and are tried again after a longer pause (the store may be
+			// refusing writes for a while); the slots themselves are in memory and unaffected.
+			select {
+			case <-time.After(time.Second):
+				s.slots.wakeMirror()
+			case <-s.mirrorStop:
 				return
 			}
-			s.slots.rechange(cs)
-			s.slots.wakeMirror()
 			continue
 		}
-		for _, c := range cs {
-			if c.held {
-				table[c.holder] = c.slot
-			} else {
-				delete(table, c.holder)
-			}
-		}
-		s.slots.copied(len(table) == 0)
+		s.slots.copied(cs)
 	}
 }
 

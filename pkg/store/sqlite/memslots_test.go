@@ -7,8 +7,9 @@ import (
 )
 
 // TestMirrorWakesOnlyForADifference: a slot taken arms the mirror's copy; freed again before the
-// copy, while the leases table holds no slot, it disarms it, so that nothing wakes between
-// short requests; a table that holds slots gets its copy of the change.
+// copy, back to what the leases table holds, it disarms it, so that nothing wakes between short
+// requests, whether or not the table holds other slots; a slot the table holds gets its copy of
+// the change.
 func TestMirrorWakesOnlyForADifference(t *testing.T) {
 	m := newMemSlots()
 	defer m.copy.Stop()
@@ -24,13 +25,20 @@ func TestMirrorWakesOnlyForADifference(t *testing.T) {
 		t.Fatal("the slots are back to the empty table's, and the copy is still armed")
 	}
 
-	m.tableEmpty = false // as after a copy of a slot
 	if err := m.admit("org-a", "gen-2", 2, 100, 0, now, expires); err != nil {
 		t.Fatal(err)
 	}
+	m.copied(m.changes()) // the table holds gen-2
+	if err := m.admit("org-a", "gen-3", 2, 100, 0, now, expires); err != nil {
+		t.Fatal(err)
+	}
+	m.release("org-a", "gen-3")
+	if m.armed {
+		t.Fatal("the slots are back to the table's, which holds a slot, and the copy is armed")
+	}
 	m.release("org-a", "gen-2")
 	if !m.armed {
-		t.Fatal("a change while the table holds slots did not arm the copy")
+		t.Fatal("a change of a slot the table holds did not arm the copy")
 	}
 }
 
@@ -52,7 +60,7 @@ func TestMirrorCopiesAChangeMadeDuringACopy(t *testing.T) {
 	if m.armed {
 		t.Fatal("want the copy disarmed against the empty table (what this test is about)")
 	}
-	m.copied(false) // the copy of gen-1 is written
+	m.copied(cs) // the copy of gen-1 is written
 	if !m.armed {
 		t.Fatal("the table holds a slot that is free, and no copy is armed to remove it")
 	}
@@ -61,7 +69,7 @@ func TestMirrorCopiesAChangeMadeDuringACopy(t *testing.T) {
 	if len(cs) != 1 || cs[0].held {
 		t.Fatalf("second changes %v", cs)
 	}
-	m.copied(true) // written: the table is empty, as the slots are
+	m.copied(cs) // written: the table is empty, as the slots are
 	if m.armed {
 		t.Fatal("the table and the slots agree, and a copy is still armed")
 	}
@@ -78,14 +86,16 @@ func TestMirrorCopiesOnlyWhatChanged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if cs := m.changes(); len(cs) != 3 {
+	cs := m.changes()
+	if len(cs) != 3 {
 		t.Fatalf("%d changes after three admissions, want 3: %v", len(cs), cs)
 	}
+	m.copied(cs)
 	if err := m.renew("org-a", "gen-2", now, 2_000); err != nil {
 		t.Fatal(err)
 	}
 	m.release("org-a", "gen-3")
-	cs := m.changes()
+	cs = m.changes()
 	slices.SortFunc(cs, func(a, b slotChange) int { return strings.Compare(a.holderID, b.holderID) })
 	want := []slotChange{
 		{holder{"org-a", "gen-2"}, slot{expires: 2_000, reserved: 10}, true},
@@ -94,6 +104,7 @@ func TestMirrorCopiesOnlyWhatChanged(t *testing.T) {
 	if !slices.Equal(cs, want) {
 		t.Fatalf("changes after a renewal and a release %v, want %v", cs, want)
 	}
+	m.copied(cs)
 	if cs := m.changes(); cs != nil {
 		t.Fatalf("changes with nothing changed: %v", cs)
 	}

@@ -121,16 +121,11 @@ func (s *Store) Release(ctx context.Context, lease store.Lease) (bool, error) {
 	if s.slots != nil {
 		return s.slots.release(lease.OrgID, lease.HolderID), nil
 	}
-	var res sql.Result
-	err := s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
-		res, err = s.stmt(ctx, tx, s.st.settleRelease).ExecContext(ctx, lease.OrgID, lease.HolderID)
-		return err
-	})
-	if err != nil {
-		return false, fmt.Errorf("release %s of %s: %w", lease.HolderID, lease.OrgID, err)
+	err := s.update(ctx, store.ErrLeaseLost, `DELETE FROM leases WHERE org_id = ? AND holder_id = ?`, lease.OrgID, lease.HolderID)
+	if errors.Is(err, store.ErrLeaseLost) {
+		return false, nil
 	}
-	n, _ := res.RowsAffected()
-	return n > 0, nil
+	return err == nil, store.Wrapf(err, "release %s of %s", lease.HolderID, lease.OrgID)
 }
 
 // Renew extends an unexpired lease to now+ttl (store.DefaultLeaseTTL when ttl is zero);
@@ -146,22 +141,13 @@ func (s *Store) renew(ctx context.Context, lease store.Lease, now time.Time, ttl
 		return store.Lease{}, err
 	}
 	if s.slots != nil {
-		if err := s.slots.renew(lease.OrgID, lease.HolderID, n, expires); err != nil {
-			return store.Lease{}, err
-		}
-		lease.Expires = store.FromUnixNanos(expires)
-		return lease, nil
+		err = s.slots.renew(lease.OrgID, lease.HolderID, n, expires)
+	} else {
+		err = s.update(ctx, store.ErrLeaseLost, `UPDATE leases SET expires_at = ? WHERE org_id = ? AND holder_id = ? AND expires_at > ?`,
+			expires, lease.OrgID, lease.HolderID, n)
 	}
-	var res sql.Result
-	err = s.write(ctx, func(ctx context.Context, tx *sql.Tx) (err error) {
-		res, err = s.stmt(ctx, tx, s.st.renew).ExecContext(ctx, expires, lease.OrgID, lease.HolderID, n)
-		return err
-	})
 	if err != nil {
 		return store.Lease{}, err
-	}
-	if rows, _ := res.RowsAffected(); rows == 0 {
-		return store.Lease{}, store.ErrLeaseLost
 	}
 	lease.Expires = store.FromUnixNanos(expires)
 	return lease, nil

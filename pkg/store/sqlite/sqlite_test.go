@@ -34,13 +34,13 @@ func open(t testing.TB, dir string) *sqlite.Store {
 }
 
 func TestContract(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return open(t, t.TempDir()) })
+	storetest.Run(t, func(t *testing.T) store.Store { return open(t, t.TempDir()) }, storetest.Options{})
 }
 
 // TestContractFoldingAtSettlement runs the contract on the store as `make run` opens it, with no
 // bus: settlement folds the event into the aggregates.
 func TestContractFoldingAtSettlement(t *testing.T) {
-	storetest.RunWithOptions(t, func(t *testing.T) store.Store {
+	storetest.Run(t, func(t *testing.T) store.Store {
 		s, err := sqlite.OpenWith(t.TempDir(), sqlite.Options{FoldAtSettlement: true})
 		if err != nil {
 			t.Fatalf("OpenWith: %v", err)
@@ -489,7 +489,7 @@ func openGateway(t testing.TB, dir string) *sqlite.Store {
 
 // TestContractOwnSlots runs the contract on the gateway's store: slots in memory.
 func TestContractOwnSlots(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return openGateway(t, t.TempDir()) })
+	storetest.Run(t, func(t *testing.T) store.Store { return openGateway(t, t.TempDir()) }, storetest.Options{})
 }
 
 // TestOwnSlots: one gateway's store per directory (a second is refused while the first is open,

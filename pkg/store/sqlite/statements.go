@@ -22,7 +22,6 @@ type statements struct {
 	admitCheck  *sql.Stmt
 	admitPurge  *sql.Stmt
 	admitInsert *sql.Stmt
-	renew       *sql.Stmt
 
 	settleRelease *sql.Stmt
 	settleLimit   *sql.Stmt
@@ -36,6 +35,8 @@ type statements struct {
 	mirrorClear *sql.Stmt
 	mirrorPut   *sql.Stmt
 	mirrorFree  *sql.Stmt
+
+	all []*sql.Stmt // every statement prepared, for close
 }
 
 // orgColumns are what scanOrg reads: the reserved credits are those of the leases in the table.
@@ -73,8 +74,6 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 		{w, &st.admitPurge, `DELETE FROM leases WHERE org_id = ? AND expires_at <= ?`},
 		{w, &st.admitInsert, `INSERT INTO leases (org_id, holder_id, expires_at, reserved) VALUES (?, ?, ?, ?)
 			ON CONFLICT DO NOTHING`},
-		{w, &st.renew, `UPDATE leases SET expires_at = ?
-			WHERE org_id = ? AND holder_id = ? AND expires_at > ?`},
 
 		{w, &st.settleRelease, `DELETE FROM leases WHERE org_id = ? AND holder_id = ?`},
 		// What a settlement may debit: the balance less the reservations of the organization's
@@ -113,23 +112,15 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 			return err
 		}
 		*p.stmt = s
+		st.all = append(st.all, s)
 	}
 	return nil
 }
 
 func (st *statements) close() error {
 	var errs []error
-	for _, s := range []*sql.Stmt{
-		st.authenticate, st.org, st.generation, st.maintenance, st.admitOrg,
-		st.savepoint, st.rollbackTo, st.release,
-		st.admitCheck, st.admitPurge, st.admitInsert, st.renew,
-		st.settleRelease, st.settleLimit, st.settleUsage, st.settleLedger, st.debit,
-		st.foldMark, st.foldDay,
-		st.mirrorClear, st.mirrorPut, st.mirrorFree,
-	} {
-		if s != nil {
-			errs = append(errs, s.Close())
-		}
+	for _, s := range st.all {
+		errs = append(errs, s.Close())
 	}
 	return errors.Join(errs...)
 }

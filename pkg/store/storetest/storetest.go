@@ -18,12 +18,6 @@ import (
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
-// Run runs the contract suite. open must return a fresh, empty store for each subtest; Run
-// closes it when the subtest ends. Subtests run in parallel.
-func Run(t *testing.T, open func(t *testing.T) store.Store) {
-	RunWithOptions(t, open, Options{})
-}
-
 // Options size the suite for stores behind slow servers (local emulators).
 type Options struct {
 	// RaceCycles is the number of acquire/release cycles each of the slot race's 32 goroutines
@@ -34,8 +28,9 @@ type Options struct {
 	FoldsAtSettlement bool
 }
 
-// RunWithOptions is Run with options.
-func RunWithOptions(t *testing.T, open func(t *testing.T) store.Store, opt Options) {
+// Run runs the contract suite, sized by opt. open must return a fresh, empty store for each
+// subtest; Run closes it when the subtest ends. Subtests run in parallel.
+func Run(t *testing.T, open func(t *testing.T) store.Store, opt Options) {
 	for _, tc := range []struct {
 		name string
 		test func(t *testing.T, s store.Store)
