@@ -76,8 +76,8 @@ type folder interface {
 // Aggregator folds usage events into per organization × UTC day × model and per organization ×
 // UTC month roll-ups (requests, tokens, exact cost), idempotent by generation id: a redelivered
 // or reordered event changes nothing, because the marker of its generation id is written in the
-// same transaction as the additions. It is the Recorder of the aggregator function and of
-// the in-process bus.
+// same transaction as the additions. It is the Recorder of the aggregator function and of the
+// local gateway's in-process pipe.
 type Aggregator struct {
 	store folder
 }

@@ -33,11 +33,13 @@ const (
 	EnvelopeDetailType = "usage.recorded"
 )
 
-// Recorder takes each valid usage event: Aggregator, the fold into per organization × day ×
-// model and per month roll-ups, idempotent by generation id. An error makes the message a batch
-// item failure, to be delivered again.
+// Recorder takes the valid usage events of a batch together: Aggregator, the fold into per
+// organization × day × model and per month roll-ups, idempotent by generation id, which on the
+// DynamoDB store folds a batch in one transaction of up to a hundred items where one event alone
+// takes a transaction of three. RecordBatch returns each event's error, in order; an error makes
+// the event's message a batch item failure, to be delivered again.
 type Recorder interface {
-	Record(ctx context.Context, e Event) error
+	RecordBatch(ctx context.Context, es []Event) []error
 }
 
 // Handler processes SQS batches of usage events.
@@ -75,13 +77,6 @@ func NewHandler(rec Recorder, log *slog.Logger) *Handler {
 	return &Handler{rec: rec, log: log}
 }
 
-// batchRecorder is a Recorder that records a whole batch in few writes: usage.Aggregator on the
-// DynamoDB store folds a batch in one transaction of up to a hundred items, where one event alone
-// takes a transaction of three. RecordBatch returns each event's error, in order.
-type batchRecorder interface {
-	RecordBatch(ctx context.Context, es []Event) []error
-}
-
 // Handle processes one batch and reports only the messages that failed. It never fails the
 // batch as a whole: a whole-batch error would redeliver the messages that succeeded too.
 func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQSEventResponse, error) {
@@ -99,17 +94,9 @@ func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQS
 			at = append(at, i)
 		}
 	}
-	if br, ok := h.rec.(batchRecorder); ok {
-		for k, err := range br.RecordBatch(ctx, es) {
-			if err != nil {
-				errs[at[k]] = fmt.Errorf("record %s: %w", es[k].GenerationID, err)
-			}
-		}
-	} else {
-		for k, e := range es {
-			if err := h.rec.Record(ctx, e); err != nil {
-				errs[at[k]] = fmt.Errorf("record %s: %w", e.GenerationID, err)
-			}
+	for k, err := range h.rec.RecordBatch(ctx, es) {
+		if err != nil {
+			errs[at[k]] = fmt.Errorf("record %s: %w", es[k].GenerationID, err)
 		}
 	}
 	for i, m := range batch.Records {
