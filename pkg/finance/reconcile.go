@@ -360,10 +360,8 @@ func (r *Reconciler) Finish() (Result, error) {
 			ro := r.rollups[k]
 			row.Aggregates = &ro
 			// With markers, roll-ups that match them are explained by the generations' own
-			// differences, listed one by one.
+			// differences, listed one by one; otherwise they are off by what none explains.
 			if ro != f.usage && (!r.opt.Markers || ro != f.marker) {
-				// With markers, the roll-ups are off by what no generation explains (each
-				// generation's own difference is listed by itself).
 				u := f.usage
 				add(Difference{Kind: RollupDiffers, OrgID: k.org, Day: row.Day, Usage: &u, Aggregate: &ro})
 			}
