@@ -353,8 +353,7 @@ func writeReconciliation(w io.Writer, res finance.Result) error {
 		if !r.Agrees {
 			status = "DIFFERS"
 		}
-		ledger, used := r.Ledger, r.Usage
-		t.row(r.OrgID, r.Day, strconv.FormatInt(r.Requests, 10), amount(&ledger), amount(&used), amount(r.Aggregates), status)
+		t.row(r.OrgID, r.Day, strconv.FormatInt(r.Requests, 10), usd(r.Ledger), usd(r.Usage), amount(r.Aggregates), status)
 	}
 	if err := t.flush(); err != nil {
 		return err

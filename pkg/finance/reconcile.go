@@ -296,7 +296,6 @@ func (r *Reconciler) Finish() (Result, error) {
 			r.afterPartition()
 		}
 		for _, g := range gens {
-			amt := func(a money.Amount) *money.Amount { return &a }
 			if g.hasUsage {
 				if g.usageDay < r.from {
 					continue // kept only to match a debit written after midnight
@@ -312,15 +311,15 @@ func (r *Reconciler) Finish() (Result, error) {
 				case g.hasDebit:
 					plus(&f.ledger, g.debit)
 					if g.debit != g.usage {
-						add(Difference{Kind: DebitDiffers, OrgID: g.org, Day: day, GenerationID: g.id, Ledger: amt(g.debit), Usage: amt(g.usage)})
+						add(Difference{Kind: DebitDiffers, OrgID: g.org, Day: day, GenerationID: g.id, Ledger: new(g.debit), Usage: new(g.usage)})
 					}
 				case g.usage != 0:
-					add(Difference{Kind: UsageWithoutDebit, OrgID: g.org, Day: day, GenerationID: g.id, Usage: amt(g.usage)})
+					add(Difference{Kind: UsageWithoutDebit, OrgID: g.org, Day: day, GenerationID: g.id, Usage: new(g.usage)})
 				}
 				if r.opt.Aggregates && r.opt.Markers {
 					switch {
 					case !g.hasMk:
-						add(Difference{Kind: NotAggregated, OrgID: g.org, Day: day, GenerationID: g.id, Usage: amt(g.usage)})
+						add(Difference{Kind: NotAggregated, OrgID: g.org, Day: day, GenerationID: g.id, Usage: new(g.usage)})
 					default:
 						if g.mkDay == g.usageDay {
 							plus(&f.marker, g.marker)
@@ -328,7 +327,7 @@ func (r *Reconciler) Finish() (Result, error) {
 							plus(&at(g.org, g.mkDay).marker, g.marker)
 						}
 						if g.marker != g.usage || g.mkDay != g.usageDay {
-							add(Difference{Kind: AggregateDiffers, OrgID: g.org, Day: day, GenerationID: g.id, Usage: amt(g.usage), Aggregate: amt(g.marker)})
+							add(Difference{Kind: AggregateDiffers, OrgID: g.org, Day: day, GenerationID: g.id, Usage: new(g.usage), Aggregate: new(g.marker)})
 						}
 					}
 				}
@@ -336,11 +335,11 @@ func (r *Reconciler) Finish() (Result, error) {
 			}
 			if g.hasDebit && g.debitDay >= r.from && g.debitDay <= r.to {
 				plus(&at(g.org, g.debitDay).ledger, g.debit)
-				add(Difference{Kind: DebitWithoutUsage, OrgID: g.org, Day: dayString(g.debitDay), GenerationID: g.id, Ledger: amt(g.debit)})
+				add(Difference{Kind: DebitWithoutUsage, OrgID: g.org, Day: dayString(g.debitDay), GenerationID: g.id, Ledger: new(g.debit)})
 			}
 			if g.hasMk && r.opt.Aggregates && r.opt.Markers {
 				plus(&at(g.org, g.mkDay).marker, g.marker)
-				add(Difference{Kind: AggregatedWithoutUsage, OrgID: g.org, Day: dayString(g.mkDay), GenerationID: g.id, Aggregate: amt(g.marker)})
+				add(Difference{Kind: AggregatedWithoutUsage, OrgID: g.org, Day: dayString(g.mkDay), GenerationID: g.id, Aggregate: new(g.marker)})
 			}
 		}
 	}
@@ -362,8 +361,7 @@ func (r *Reconciler) Finish() (Result, error) {
 			// With markers, roll-ups that match them are explained by the generations' own
 			// differences, listed one by one; otherwise they are off by what none explains.
 			if ro != f.usage && (!r.opt.Markers || ro != f.marker) {
-				u := f.usage
-				add(Difference{Kind: RollupDiffers, OrgID: k.org, Day: row.Day, Usage: &u, Aggregate: &ro})
+				add(Difference{Kind: RollupDiffers, OrgID: k.org, Day: row.Day, Usage: new(f.usage), Aggregate: &ro})
 			}
 			row.Agrees = row.Agrees && ro == f.usage
 		}
