@@ -270,18 +270,12 @@ func (f *flags) usageErr(format string, a ...any) error {
 
 func (f *flags) usage() string {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "usage: kilnctl %s [--json]\n\n%s.\n\nflags:\n", strings.TrimSpace(f.cmd.name+" "+f.cmd.args), capitalize(f.cmd.summary))
+	summary := f.cmd.summary // never empty: TestEveryCommandHasItsHelp
+	fmt.Fprintf(&b, "usage: kilnctl %s [--json]\n\n%s.\n\nflags:\n", strings.TrimSpace(f.cmd.name+" "+f.cmd.args), strings.ToUpper(summary[:1])+summary[1:])
 	f.SetOutput(&b)
 	f.PrintDefaults()
 	f.SetOutput(io.Discard)
 	return b.String()
-}
-
-func capitalize(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // store opens the configured store on first use, and says on stderr which one it reads: run
