@@ -51,22 +51,18 @@ type Handler struct {
 // Invoke is the function's entry point: an SQS batch (Records) goes to Handle. Anything else is
 // an error, so that a misrouted trigger is noticed.
 func (h *Handler) Invoke(ctx context.Context, payload json.RawMessage) (any, error) {
-	var probe struct {
-		Records    []json.RawMessage `json:"Records"`
-		Source     string            `json:"source"`
-		DetailType string            `json:"detail-type"`
+	var in struct {
+		events.SQSEvent
+		Source     string `json:"source"` // an EventBridge event's, to name it in the error
+		DetailType string `json:"detail-type"`
 	}
-	if err := json.Unmarshal(payload, &probe); err != nil {
+	if err := json.Unmarshal(payload, &in); err != nil {
 		return nil, fmt.Errorf("invocation payload: %w", err)
 	}
-	if probe.Records == nil {
-		return nil, fmt.Errorf("unexpected invocation (source %q, detail-type %q): want an SQS batch", probe.Source, probe.DetailType)
+	if in.Records == nil {
+		return nil, fmt.Errorf("unexpected invocation (source %q, detail-type %q): want an SQS batch", in.Source, in.DetailType)
 	}
-	var batch events.SQSEvent
-	if err := json.Unmarshal(payload, &batch); err != nil {
-		return nil, fmt.Errorf("SQS batch: %w", err)
-	}
-	return h.Handle(ctx, batch)
+	return h.Handle(ctx, in.SQSEvent)
 }
 
 // NewHandler returns a Handler that hands valid events to rec. A nil log discards.
