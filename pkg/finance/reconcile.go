@@ -242,13 +242,19 @@ type spilled struct {
 	Amount   money.Amount
 }
 
-// generation is what the sources hold of one generation.
+// generation is what the sources hold of one generation: its debit, usage record and marker,
+// by record kind.
 type generation struct {
-	org, id                   string
-	debit, usage, marker      money.Amount
-	debitDay, usageDay, mkDay int32
-	hasDebit, hasUsage, hasMk bool
-	dupDebit, dupUsage, dupMk bool
+	org, id string
+	of      [kindMarker + 1]held
+}
+
+// held is what one source holds of a generation: whether it holds it at all, or twice, and its
+// amount and day.
+type held struct {
+	has, dup bool
+	amount   money.Amount
+	day      int32
 }
 
 // figures are one organization × day's sums.
@@ -296,50 +302,51 @@ func (r *Reconciler) Finish() (Result, error) {
 			r.afterPartition()
 		}
 		for _, g := range gens {
-			if g.hasUsage {
-				if g.usageDay < r.from {
+			debit, use, mk := g.of[kindDebit], g.of[kindUsage], g.of[kindMarker]
+			if use.has {
+				if use.day < r.from {
 					continue // kept only to match a debit written after midnight
 				}
-				day := dayString(g.usageDay)
-				f := at(g.org, g.usageDay)
+				day := dayString(use.day)
+				f := at(g.org, use.day)
 				f.requests++
-				plus(&f.usage, g.usage)
-				if g.dupUsage || g.dupDebit || g.dupMk {
+				plus(&f.usage, use.amount)
+				if use.dup || debit.dup || mk.dup {
 					add(Difference{Kind: Duplicate, OrgID: g.org, Day: day, GenerationID: g.id})
 				}
 				switch {
-				case g.hasDebit:
-					plus(&f.ledger, g.debit)
-					if g.debit != g.usage {
-						add(Difference{Kind: DebitDiffers, OrgID: g.org, Day: day, GenerationID: g.id, Ledger: new(g.debit), Usage: new(g.usage)})
+				case debit.has:
+					plus(&f.ledger, debit.amount)
+					if debit.amount != use.amount {
+						add(Difference{Kind: DebitDiffers, OrgID: g.org, Day: day, GenerationID: g.id, Ledger: new(debit.amount), Usage: new(use.amount)})
 					}
-				case g.usage != 0:
-					add(Difference{Kind: UsageWithoutDebit, OrgID: g.org, Day: day, GenerationID: g.id, Usage: new(g.usage)})
+				case use.amount != 0:
+					add(Difference{Kind: UsageWithoutDebit, OrgID: g.org, Day: day, GenerationID: g.id, Usage: new(use.amount)})
 				}
 				if r.opt.Aggregates && r.opt.Markers {
 					switch {
-					case !g.hasMk:
-						add(Difference{Kind: NotAggregated, OrgID: g.org, Day: day, GenerationID: g.id, Usage: new(g.usage)})
+					case !mk.has:
+						add(Difference{Kind: NotAggregated, OrgID: g.org, Day: day, GenerationID: g.id, Usage: new(use.amount)})
 					default:
-						if g.mkDay == g.usageDay {
-							plus(&f.marker, g.marker)
+						if mk.day == use.day {
+							plus(&f.marker, mk.amount)
 						} else {
-							plus(&at(g.org, g.mkDay).marker, g.marker)
+							plus(&at(g.org, mk.day).marker, mk.amount)
 						}
-						if g.marker != g.usage || g.mkDay != g.usageDay {
-							add(Difference{Kind: AggregateDiffers, OrgID: g.org, Day: day, GenerationID: g.id, Usage: new(g.usage), Aggregate: new(g.marker)})
+						if mk.amount != use.amount || mk.day != use.day {
+							add(Difference{Kind: AggregateDiffers, OrgID: g.org, Day: day, GenerationID: g.id, Usage: new(use.amount), Aggregate: new(mk.amount)})
 						}
 					}
 				}
 				continue
 			}
-			if g.hasDebit && g.debitDay >= r.from && g.debitDay <= r.to {
-				plus(&at(g.org, g.debitDay).ledger, g.debit)
-				add(Difference{Kind: DebitWithoutUsage, OrgID: g.org, Day: dayString(g.debitDay), GenerationID: g.id, Ledger: new(g.debit)})
+			if debit.has && debit.day >= r.from && debit.day <= r.to {
+				plus(&at(g.org, debit.day).ledger, debit.amount)
+				add(Difference{Kind: DebitWithoutUsage, OrgID: g.org, Day: dayString(debit.day), GenerationID: g.id, Ledger: new(debit.amount)})
 			}
-			if g.hasMk && r.opt.Aggregates && r.opt.Markers {
-				plus(&at(g.org, g.mkDay).marker, g.marker)
-				add(Difference{Kind: AggregatedWithoutUsage, OrgID: g.org, Day: dayString(g.mkDay), GenerationID: g.id, Aggregate: new(g.marker)})
+			if mk.has && r.opt.Aggregates && r.opt.Markers {
+				plus(&at(g.org, mk.day).marker, mk.amount)
+				add(Difference{Kind: AggregatedWithoutUsage, OrgID: g.org, Day: dayString(mk.day), GenerationID: g.id, Aggregate: new(mk.amount)})
 			}
 		}
 	}
@@ -406,17 +413,8 @@ func readPartition(f *os.File) (map[string]*generation, error) {
 			g = &generation{org: s.Org, id: s.Gen}
 			gens[key] = g
 		}
-		switch s.Kind {
-		case kindDebit:
-			g.dupDebit = g.hasDebit
-			g.hasDebit, g.debit, g.debitDay = true, s.Amount, s.Day
-		case kindUsage:
-			g.dupUsage = g.hasUsage
-			g.hasUsage, g.usage, g.usageDay = true, s.Amount, s.Day
-		case kindMarker:
-			g.dupMk = g.hasMk
-			g.hasMk, g.marker, g.mkDay = true, s.Amount, s.Day
-		}
+		h := &g.of[s.Kind]
+		h.has, h.dup, h.amount, h.day = true, h.has, s.Amount, s.Day
 	}
 }
 
