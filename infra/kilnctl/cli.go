@@ -142,8 +142,7 @@ func (c *cli) help(ctx context.Context, topic []string) error {
 	}
 	// A command's own -h renders its flags, so help on a command is that.
 	err := c.dispatch(ctx, append(slices.Clone(topic), "-h"))
-	var help *helpRequest
-	if errors.As(err, &help) {
+	if _, ok := errors.AsType[*helpRequest](err); ok {
 		return err
 	}
 	return &usageError{msg: fmt.Sprintf("no help for %q: unknown command", strings.Join(topic, " ")), usage: overview("")}

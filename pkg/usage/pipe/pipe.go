@@ -187,8 +187,7 @@ func (p *Pipe) read(ctx context.Context, id string, st *shard) (int, error) {
 				in.ShardIteratorType, in.SequenceNumber = types.ShardIteratorTypeAfterSequenceNumber, aws.String(st.last)
 			}
 			out, err := p.streams.GetShardIterator(ctx, in)
-			var gone *types.ResourceNotFoundException
-			if errors.As(err, &gone) {
+			if _, gone := errors.AsType[*types.ResourceNotFoundException](err); gone {
 				st.done = true // trimmed away: nothing left to read
 				return delivered, nil
 			}
