@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -74,11 +75,8 @@ func financeExport(ctx context.Context, c *cli, f *flags, args []string) error {
 	}
 	ds := st.(*dynamo.Store) // KILN_STORE=dynamodb opens nothing else
 	t := ds.Tables()
-	where := "AWS"
-	if cfg.DynamoDBEndpoint != "" {
-		where = cfg.DynamoDBEndpoint
-	}
-	fmt.Fprintf(c.stderr, "exporting %s, %s and %s (DynamoDB on %s) to s3://%s/%s/\n", t.Ledger, t.Usage, t.Aggregates, where, *bucket, strings.Trim(*prefix, "/"))
+	location := "s3://" + *bucket + "/" + strings.Trim(*prefix, "/") + "/"
+	fmt.Fprintf(c.stderr, "exporting %s, %s and %s (DynamoDB on %s) to %s\n", t.Ledger, t.Usage, t.Aggregates, cmp.Or(cfg.DynamoDBEndpoint, "AWS"), location)
 	infos, err := finance.StartExports(ctx, ds.Client(), finance.ExportRequest{
 		Tables: []string{t.Ledger, t.Usage, t.Aggregates}, Bucket: *bucket, Prefix: *prefix, At: at,
 		Poll: *poll, Progress: c.stderr,
@@ -86,7 +84,6 @@ func financeExport(ctx context.Context, c *cli, f *flags, args []string) error {
 	if err != nil {
 		return err
 	}
-	location := "s3://" + *bucket + "/" + strings.Trim(*prefix, "/") + "/"
 	if *f.json {
 		return writeJSON(c.stdout, struct {
 			Location string               `json:"location"`
