@@ -56,35 +56,6 @@ func (x *Export) Reconcile(ctx context.Context, opt Options) (Result, error) {
 	return r.Finish()
 }
 
-// Item adds one item of the given table, decoded.
-func (r *Reconciler) Item(t Table, it Item) error {
-	switch t {
-	case Ledger:
-		e, err := DecodeEntry(it)
-		if err != nil {
-			return err
-		}
-		return r.Entry(e)
-	case Usage:
-		rec, err := DecodeRecord(it)
-		if err != nil {
-			return err
-		}
-		return r.Usage(rec)
-	case Aggregates:
-		ro, m, err := DecodeAggregate(it)
-		switch {
-		case err != nil:
-			return err
-		case ro != nil:
-			return r.Rollup(*ro)
-		case m != nil:
-			return r.Marker(*m)
-		}
-	}
-	return nil
-}
-
 // TableReader is what the scheduled reconciliation reads of the tables themselves
 // (dynamo.Store implements it): the organizations, and per organization its usage items that
 // started in a time range (the by-started index), its ledger items with entry IDs in a range

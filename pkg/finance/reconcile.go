@@ -164,52 +164,60 @@ const (
 	kindMarker
 )
 
-// Entry adds a ledger entry. Only debits are reconciled (top-ups and adjustments are no usage);
-// a debit counts on its generation's day, or, for a generation with no usage record, on the day
-// it was written. Debits written after the last day may belong to it (a request that ran over
-// midnight); earlier ones cannot.
-func (r *Reconciler) Entry(e store.LedgerEntry) error {
-	if e.Kind != store.EntryDebit {
-		return nil
+// Item adds one item of the given table, decoded. Only debits of the ledger are reconciled
+// (top-ups and adjustments are no usage); a debit counts on its generation's day, or, for a
+// generation with no usage record, on the day it was written. Debits written after the last
+// day may belong to it (a request that ran over midnight), and usage records of the day before
+// the first are kept to match them; earlier ones cannot. Records of requests still running are
+// skipped and counted. The aggregates are day × model roll-ups and generation markers.
+func (r *Reconciler) Item(t Table, it Item) error {
+	switch t {
+	case Ledger:
+		e, err := DecodeEntry(it)
+		if err != nil {
+			return err
+		}
+		if day := int32(dayOf(e.At)); e.Kind == store.EntryDebit && day >= r.from && day <= r.to+1 {
+			return r.spill(kindDebit, e.OrgID, e.ID, day, -e.Amount)
+		}
+	case Usage:
+		rec, err := DecodeRecord(it)
+		if err != nil {
+			return err
+		}
+		if rec.InProgress() {
+			r.inProgress++
+			return nil
+		}
+		day, err := dayNumber(rec.Day)
+		if err != nil {
+			return fmt.Errorf("usage item %s/%s: day %q", rec.OrgID, rec.GenerationID, rec.Day)
+		}
+		if day >= r.from-1 && day <= r.to {
+			return r.spill(kindUsage, rec.OrgID, rec.GenerationID, day, rec.Cost)
+		}
+	case Aggregates:
+		ro, m, err := DecodeAggregate(it)
+		switch {
+		case err != nil:
+			return err
+		case ro != nil:
+			return r.rollup(*ro)
+		case m != nil:
+			day, err := dayNumber(m.Day)
+			if err != nil {
+				return fmt.Errorf("marker of %s: day %q", m.GenerationID, m.Day)
+			}
+			if day >= r.from && day <= r.to {
+				return r.spill(kindMarker, m.OrgID, m.GenerationID, day, m.Cost)
+			}
+		}
 	}
-	day := int32(dayOf(e.At))
-	if day < r.from || day > r.to+1 {
-		return nil
-	}
-	return r.spill(kindDebit, e.OrgID, e.ID, day, -e.Amount)
+	return nil
 }
 
-// Usage adds a usage record; records of requests still running are skipped. Records of the
-// day before the first are kept to match debits written after midnight.
-func (r *Reconciler) Usage(rec Record) error {
-	if rec.InProgress() {
-		r.inProgress++
-		return nil
-	}
-	day, err := dayNumber(rec.Day)
-	if err != nil {
-		return fmt.Errorf("usage item %s/%s: day %q", rec.OrgID, rec.GenerationID, rec.Day)
-	}
-	if day < r.from-1 || day > r.to {
-		return nil
-	}
-	return r.spill(kindUsage, rec.OrgID, rec.GenerationID, day, rec.Cost)
-}
-
-// Marker adds a generation marker of the aggregates.
-func (r *Reconciler) Marker(m Marker) error {
-	day, err := dayNumber(m.Day)
-	if err != nil {
-		return fmt.Errorf("marker of %s: day %q", m.GenerationID, m.Day)
-	}
-	if day < r.from || day > r.to {
-		return nil
-	}
-	return r.spill(kindMarker, m.OrgID, m.GenerationID, day, m.Cost)
-}
-
-// Rollup adds a day × model roll-up.
-func (r *Reconciler) Rollup(ro Rollup) error {
+// rollup adds a day × model roll-up to its organization × day's sum.
+func (r *Reconciler) rollup(ro Rollup) error {
 	day, err := dayNumber(ro.Day)
 	if err != nil {
 		return fmt.Errorf("roll-up of %s: day %q", ro.OrgID, ro.Day)
