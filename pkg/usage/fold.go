@@ -87,12 +87,6 @@ func NewAggregator(store folder) *Aggregator {
 	return &Aggregator{store: store}
 }
 
-// Record folds e once.
-func (a *Aggregator) Record(ctx context.Context, e Event) error {
-	_, err := a.Fold(ctx, e)
-	return err
-}
-
 // batchFolder is a store that folds many deltas in few writes: the DynamoDB store puts up to a
 // hundred items in one transaction, where one event alone takes three. FoldBatch returns, in
 // order, whether each delta changed the aggregates; on an error, those of a prefix of ds, the
@@ -109,7 +103,7 @@ func (a *Aggregator) RecordBatch(ctx context.Context, es []Event) []error {
 	bf, ok := a.store.(batchFolder)
 	if !ok {
 		for i, e := range es {
-			errs[i] = a.Record(ctx, e)
+			_, errs[i] = a.Fold(ctx, e)
 		}
 		return errs
 	}
