@@ -86,7 +86,7 @@ func ReconcileTables(ctx context.Context, tr TableReader, opt Options) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	var diffs []Difference
+	diffs := []Difference{} // [] in JSON, not null, when none differ
 	count := res.DifferenceCount
 	for _, d := range res.Differences {
 		if d.Kind != RollupDiffers {
@@ -114,9 +114,6 @@ func ReconcileTables(ctx context.Context, tr TableReader, opt Options) (Result, 
 		}
 		diffs = append(diffs, found...)
 		count += len(found) - 1
-	}
-	if diffs == nil {
-		diffs = []Difference{}
 	}
 	res.Differences, res.DifferenceCount = diffs, count
 	return res, nil

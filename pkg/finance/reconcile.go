@@ -275,7 +275,7 @@ type figures struct {
 func (r *Reconciler) Finish() (Result, error) {
 	defer r.Close()
 	sums := map[orgDay]*figures{}
-	var diffs []Difference
+	diffs := []Difference{} // [] in JSON, not null, when none differ
 	count := 0
 	add := func(d Difference) {
 		count++
@@ -390,9 +390,6 @@ func (r *Reconciler) Finish() (Result, error) {
 			strings.Compare(a.Kind, b.Kind), strings.Compare(a.GenerationID, b.GenerationID))
 	})
 	res.Differences = diffs
-	if res.Differences == nil {
-		res.Differences = []Difference{}
-	}
 	res.DifferenceCount = count
 	res.Agrees = count == 0
 	for _, row := range res.Rows {
