@@ -76,7 +76,7 @@ func TestScheduledReconciliationOfYesterday(t *testing.T) {
 		if _, err := st.Settle(ctx, store.Settlement{Event: e, Now: started.Add(took)}); err != nil {
 			t.Fatal(err)
 		}
-		if err := usage.NewAggregator(st).Record(ctx, e); err != nil {
+		if _, err := usage.NewAggregator(st).Fold(ctx, e); err != nil {
 			t.Fatal(err)
 		}
 		gens = append(gens, gen)

@@ -142,8 +142,7 @@ func (c *cli) help(ctx context.Context, topic []string) error {
 	}
 	// A command's own -h renders its flags, so help on a command is that.
 	err := c.dispatch(ctx, append(slices.Clone(topic), "-h"))
-	var help *helpRequest
-	if errors.As(err, &help) {
+	if _, ok := errors.AsType[*helpRequest](err); ok {
 		return err
 	}
 	return &usageError{msg: fmt.Sprintf("no help for %q: unknown command", strings.Join(topic, " ")), usage: overview("")}
@@ -270,18 +269,12 @@ func (f *flags) usageErr(format string, a ...any) error {
 
 func (f *flags) usage() string {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "usage: kilnctl %s [--json]\n\n%s.\n\nflags:\n", strings.TrimSpace(f.cmd.name+" "+f.cmd.args), capitalize(f.cmd.summary))
+	summary := f.cmd.summary // never empty: TestEveryCommandHasItsHelp
+	fmt.Fprintf(&b, "usage: kilnctl %s [--json]\n\n%s.\n\nflags:\n", strings.TrimSpace(f.cmd.name+" "+f.cmd.args), strings.ToUpper(summary[:1])+summary[1:])
 	f.SetOutput(&b)
 	f.PrintDefaults()
 	f.SetOutput(io.Discard)
 	return b.String()
-}
-
-func capitalize(s string) string {
-	if s == "" {
-		return s
-	}
-	return strings.ToUpper(s[:1]) + s[1:]
 }
 
 // store opens the configured store on first use, and says on stderr which one it reads: run

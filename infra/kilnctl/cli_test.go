@@ -130,6 +130,23 @@ func TestHelpGoesToStdoutAndExitsZero(t *testing.T) {
 	}
 }
 
+// TestEveryCommandHasItsHelp: each command's -h prints its usage line and its summary as a
+// sentence, which the usage text capitalizes.
+func TestEveryCommandHasItsHelp(t *testing.T) {
+	e := newTestEnv(t)
+	for _, cmd := range commands() {
+		if cmd.summary == "" {
+			t.Errorf("%s: no summary", cmd.name)
+			continue
+		}
+		code, out, errOut := e.run(append(strings.Fields(cmd.name), "-h")...)
+		sentence := strings.ToUpper(cmd.summary[:1]) + cmd.summary[1:] + "."
+		if code != 0 || errOut != "" || !strings.HasPrefix(out, "usage: kilnctl "+cmd.name) || !strings.Contains(out, "\n"+sentence+"\n") {
+			t.Errorf("%s -h: exit %d, stderr %q, stdout:\n%s", cmd.name, code, errOut, out)
+		}
+	}
+}
+
 // snapshot is everything kilnctl can change, to check that a failed command changed nothing.
 func snapshot(t *testing.T, st store.Store) string {
 	t.Helper()

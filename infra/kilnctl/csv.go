@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/csv"
 	"io"
+	"regexp"
+	"strings"
 )
 
 // writeCSV writes a header and rows as RFC 4180 CSV, every cell through csvCell. Every CSV that
@@ -38,32 +40,12 @@ func safeCells(cells []string) []string {
 // such a cell as a number, never as a formula; "-1+1", "-1.5e3" or "+1" are not plain and are
 // escaped. Readers that undo the quote strip one leading "'" from a cell that had it.
 func csvCell(s string) string {
-	if s == "" || plainDecimal(s) {
-		return s
-	}
-	switch s[0] {
-	case '=', '+', '-', '@', '\t', '\r':
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) && !plainDecimal.MatchString(s) {
 		return "'" + s
 	}
 	return s
 }
 
-// plainDecimal reports whether s is an optional minus sign, digits, and optionally a point and
-// more digits: "-1.50", "0", "12.000001155".
-func plainDecimal(s string) bool {
-	if s[0] == '-' {
-		s = s[1:]
-	}
-	digits, point := 0, false
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c >= '0' && c <= '9':
-			digits++
-		case c == '.' && !point && digits > 0 && i < len(s)-1:
-			point = true
-		default:
-			return false
-		}
-	}
-	return digits > 0
-}
+// plainDecimal is an optional minus sign, digits, and optionally a point and more digits:
+// "-1.50", "0", "12.000001155".
+var plainDecimal = regexp.MustCompile(`^-?[0-9]+(\.[0-9]+)?$`)

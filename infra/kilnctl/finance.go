@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/csv"
 	"encoding/json"
@@ -74,11 +75,8 @@ func financeExport(ctx context.Context, c *cli, f *flags, args []string) error {
 	}
 	ds := st.(*dynamo.Store) // KILN_STORE=dynamodb opens nothing else
 	t := ds.Tables()
-	where := "AWS"
-	if cfg.DynamoDBEndpoint != "" {
-		where = cfg.DynamoDBEndpoint
-	}
-	fmt.Fprintf(c.stderr, "exporting %s, %s and %s (DynamoDB on %s) to s3://%s/%s/\n", t.Ledger, t.Usage, t.Aggregates, where, *bucket, strings.Trim(*prefix, "/"))
+	location := "s3://" + *bucket + "/" + strings.Trim(*prefix, "/") + "/"
+	fmt.Fprintf(c.stderr, "exporting %s, %s and %s (DynamoDB on %s) to %s\n", t.Ledger, t.Usage, t.Aggregates, cmp.Or(cfg.DynamoDBEndpoint, "AWS"), location)
 	infos, err := finance.StartExports(ctx, ds.Client(), finance.ExportRequest{
 		Tables: []string{t.Ledger, t.Usage, t.Aggregates}, Bucket: *bucket, Prefix: *prefix, At: at,
 		Poll: *poll, Progress: c.stderr,
@@ -86,7 +84,6 @@ func financeExport(ctx context.Context, c *cli, f *flags, args []string) error {
 	if err != nil {
 		return err
 	}
-	location := "s3://" + *bucket + "/" + strings.Trim(*prefix, "/") + "/"
 	if *f.json {
 		return writeJSON(c.stdout, struct {
 			Location string               `json:"location"`
@@ -171,7 +168,10 @@ func financeReport(ctx context.Context, c *cli, f *flags, args []string) error {
 	out := bufio.NewWriterSize(c.stdout, 64<<10)
 	var inProgress int64
 	if *by == "" {
-		w := newRecordWriter(out, *asCSV, *f.json)
+		w, err := newRecordWriter(out, *asCSV, *f.json)
+		if err != nil {
+			return err
+		}
 		if inProgress, err = x.Records(ctx, *fromArg, *toArg, *orgID, w.write); err != nil {
 			return err
 		}
@@ -210,79 +210,72 @@ func financeReport(ctx context.Context, c *cli, f *flags, args []string) error {
 }
 
 // recordWriter writes usage records as they are read: CSV rows, a JSON array element by
-// element, or text lines (no aligned table: that would hold every row in memory).
+// element, or text lines (no aligned table: that would hold every row in memory). A write that
+// fails stops the read.
 type recordWriter struct {
 	w     *bufio.Writer
 	csv   *csv.Writer
 	json  bool
 	n     int
 	total usage.Totals
-	err   error
 }
 
-func newRecordWriter(w *bufio.Writer, asCSV, asJSON bool) *recordWriter {
+func newRecordWriter(w *bufio.Writer, asCSV, asJSON bool) (*recordWriter, error) {
 	rw := &recordWriter{w: w, json: asJSON}
+	var err error
 	switch {
 	case asCSV:
 		rw.csv = csv.NewWriter(w)
-		rw.err = rw.csv.Write(safeCells(eventColumns))
+		err = rw.csv.Write(safeCells(eventColumns))
 	case asJSON:
-		_, rw.err = w.WriteString("[")
+		_, err = w.WriteString("[")
 	default:
-		_, rw.err = fmt.Fprintf(w, "%-30s  %-30s  %-20s  %-14s  %-20s  %8s  %8s  %10s  %s\n",
+		_, err = fmt.Fprintf(w, "%-30s  %-30s  %-20s  %-14s  %-20s  %8s  %8s  %10s  %s\n",
 			"STARTED", "GENERATION", "ORG", "MODEL", "STATUS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
 	}
-	return rw
+	return rw, err
 }
 
 func (rw *recordWriter) write(r finance.Record) error {
-	if rw.err != nil {
-		return rw.err
-	}
 	if err := rw.total.Add(usage.TotalsOf(r.Event)); err != nil {
 		return fmt.Errorf("sum cost at generation %s: %w", r.GenerationID, err)
 	}
 	e := r.Event
+	rw.n++
 	switch {
 	case rw.csv != nil:
-		rw.err = rw.csv.Write(safeCells(eventRow(e)))
+		return rw.csv.Write(safeCells(eventRow(e)))
 	case rw.json:
 		b, err := json.Marshal(e)
 		if err != nil {
 			return err
 		}
-		sep := ",\n  "
-		if rw.n == 0 {
-			sep = "\n  "
+		if rw.n > 1 {
+			rw.w.WriteByte(',')
 		}
-		rw.w.WriteString(sep)
-		_, rw.err = rw.w.Write(b)
-	default:
-		_, rw.err = fmt.Fprintf(rw.w, "%-30s  %-30s  %-20s  %-14s  %-20s  %8d  %8d  %10d  %s\n",
-			exactTime(e.StartedAt), e.GenerationID, oneLine(e.OrgID), oneLine(orNone(e.Model)), e.Status,
-			e.PromptTokens, e.CachedTokens, e.CompletionTokens, usd(e.Cost))
+		rw.w.WriteString("\n  ")
+		_, err = rw.w.Write(b) // a bufio.Writer keeps its first error: this returns the earlier ones too
+		return err
 	}
-	rw.n++
-	return rw.err
+	_, err := fmt.Fprintf(rw.w, "%-30s  %-30s  %-20s  %-14s  %-20s  %8d  %8d  %10d  %s\n",
+		exactTime(e.StartedAt), e.GenerationID, oneLine(e.OrgID), oneLine(orNone(e.Model)), e.Status,
+		e.PromptTokens, e.CachedTokens, e.CompletionTokens, usd(e.Cost))
+	return err
 }
 
 func (rw *recordWriter) close() error {
-	if rw.err != nil {
-		return rw.err
-	}
+	var err error
 	switch {
 	case rw.csv != nil:
 		rw.csv.Flush()
 		return rw.csv.Error()
+	case rw.json && rw.n > 0:
+		_, err = rw.w.WriteString("\n]\n")
 	case rw.json:
-		end := "\n]\n"
-		if rw.n == 0 {
-			end = "]\n"
-		}
-		_, err := rw.w.WriteString(end)
-		return err
+		_, err = rw.w.WriteString("]\n")
+	default:
+		_, err = fmt.Fprintf(rw.w, "%d requests, %s USD\n", rw.total.Requests, usd(rw.total.Cost))
 	}
-	_, err := fmt.Fprintf(rw.w, "%d requests, %s USD\n", rw.total.Requests, usd(rw.total.Cost))
 	return err
 }
 
@@ -353,8 +346,7 @@ func writeReconciliation(w io.Writer, res finance.Result) error {
 		if !r.Agrees {
 			status = "DIFFERS"
 		}
-		ledger, used := r.Ledger, r.Usage
-		t.row(r.OrgID, r.Day, strconv.FormatInt(r.Requests, 10), amount(&ledger), amount(&used), amount(r.Aggregates), status)
+		t.row(r.OrgID, r.Day, strconv.FormatInt(r.Requests, 10), usd(r.Ledger), usd(r.Usage), amount(r.Aggregates), status)
 	}
 	if err := t.flush(); err != nil {
 		return err

@@ -84,8 +84,7 @@ func keyList(ctx context.Context, c *cli, f *flags, args []string) error {
 	for _, k := range keys {
 		v := keyView{ID: k.ID, OrgID: k.OrgID, CreatedAt: k.CreatedAt.UTC(), Revoked: k.RevokedAt != nil}
 		if k.RevokedAt != nil {
-			at := k.RevokedAt.UTC()
-			v.RevokedAt = &at
+			v.RevokedAt = new(k.RevokedAt.UTC())
 		}
 		views = append(views, v)
 	}

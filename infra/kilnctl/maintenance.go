@@ -18,8 +18,7 @@ type maintenanceView struct {
 func viewMaintenance(m store.Maintenance, now time.Time) maintenanceView {
 	v := maintenanceView{On: m.On, Active: m.Active(now)}
 	if m.On {
-		u := m.Until.UTC()
-		v.Until = &u
+		v.Until = new(m.Until.UTC())
 	}
 	return v
 }

@@ -12,10 +12,7 @@ import (
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
-// totals is a roll-up of usage events. Cost is an exact sum.
-type totals = usage.Totals
-
-func cells(t totals) []string {
+func cells(t usage.Totals) []string {
 	return []string{
 		strconv.FormatInt(t.Requests, 10),
 		strconv.FormatInt(t.PromptTokens, 10),
@@ -28,17 +25,17 @@ func cells(t totals) []string {
 type rollupRow struct {
 	Day   string  `json:"day,omitempty"`
 	Model *string `json:"model,omitempty"`
-	totals
+	usage.Totals
 }
 
 // rollup is what usage --by prints.
 type rollup struct {
-	OrgID string      `json:"org_id"`
-	From  string      `json:"from"`
-	To    string      `json:"to"`
-	By    string      `json:"by"`
-	Rows  []rollupRow `json:"rows"`
-	Total totals      `json:"total"`
+	OrgID string       `json:"org_id"`
+	From  string       `json:"from"`
+	To    string       `json:"to"`
+	By    string       `json:"by"`
+	Rows  []rollupRow  `json:"rows"`
+	Total usage.Totals `json:"total"`
 }
 
 func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
@@ -85,14 +82,14 @@ func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
 		return fmt.Errorf("usage of %s: %w", *orgID, err)
 	}
 	r := rollup{OrgID: *orgID, From: *fromArg, To: *toArg, By: *by, Rows: []rollupRow{}}
-	groups := map[string]*totals{}
+	groups := map[string]*usage.Totals{}
 	for _, d := range daily {
 		k := d.Day
 		if *by == "model" {
 			k = d.Model
 		}
 		if groups[k] == nil {
-			groups[k] = &totals{}
+			groups[k] = &usage.Totals{}
 		}
 		if err := groups[k].Add(d.Totals); err != nil {
 			return fmt.Errorf("sum cost of %s: %w", k, err)
@@ -102,7 +99,7 @@ func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
 		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(groups)) {
-		row := rollupRow{totals: *groups[k]}
+		row := rollupRow{Totals: *groups[k]}
 		if *by == "day" {
 			row.Day = k
 		} else {
@@ -118,7 +115,7 @@ func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
 
 // writeRollup writes the totals of each group, in the order of their keys, as CSV or as a text
 // table with a total row: usage --by and finance report --by write the same columns.
-func writeRollup(w io.Writer, by string, groups map[string]*totals, total totals, asCSV bool) error {
+func writeRollup(w io.Writer, by string, groups map[string]*usage.Totals, total usage.Totals, asCSV bool) error {
 	keys := slices.Sorted(maps.Keys(groups))
 	if asCSV {
 		rows := make([][]string, 0, len(keys))
@@ -168,7 +165,7 @@ func (c *cli) listEvents(f *flags, events []usage.Event, asCSV bool) error {
 		}
 		return writeCSV(c.stdout, eventColumns, rows)
 	}
-	var sum totals
+	var sum usage.Totals
 	t := newTable(c.stdout, "STARTED", "GENERATION", "MODEL", "STATUS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
 	for _, e := range events {
 		if err := sum.Add(usage.TotalsOf(e)); err != nil {

@@ -31,7 +31,7 @@ func seed(t *testing.T, st store.Store, events []usage.Event) {
 			t.Fatal(err)
 		}
 		// The usage pipeline's fold, as the in-process bus or the aggregator runs it.
-		if err := usage.NewAggregator(st).Record(ctx, ev); err != nil {
+		if _, err := usage.NewAggregator(st).Fold(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
 	}

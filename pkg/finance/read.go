@@ -56,35 +56,6 @@ func (x *Export) Reconcile(ctx context.Context, opt Options) (Result, error) {
 	return r.Finish()
 }
 
-// Item adds one item of the given table, decoded.
-func (r *Reconciler) Item(t Table, it Item) error {
-	switch t {
-	case Ledger:
-		e, err := DecodeEntry(it)
-		if err != nil {
-			return err
-		}
-		return r.Entry(e)
-	case Usage:
-		rec, err := DecodeRecord(it)
-		if err != nil {
-			return err
-		}
-		return r.Usage(rec)
-	case Aggregates:
-		ro, m, err := DecodeAggregate(it)
-		switch {
-		case err != nil:
-			return err
-		case ro != nil:
-			return r.Rollup(*ro)
-		case m != nil:
-			return r.Marker(*m)
-		}
-	}
-	return nil
-}
-
 // TableReader is what the scheduled reconciliation reads of the tables themselves
 // (dynamo.Store implements it): the organizations, and per organization its usage items that
 // started in a time range (the by-started index), its ledger items with entry IDs in a range
@@ -115,7 +86,7 @@ func ReconcileTables(ctx context.Context, tr TableReader, opt Options) (Result, 
 	if err != nil {
 		return Result{}, err
 	}
-	var diffs []Difference
+	diffs := []Difference{} // [] in JSON, not null, when none differ
 	count := res.DifferenceCount
 	for _, d := range res.Differences {
 		if d.Kind != RollupDiffers {
@@ -143,9 +114,6 @@ func ReconcileTables(ctx context.Context, tr TableReader, opt Options) (Result, 
 		}
 		diffs = append(diffs, found...)
 		count += len(found) - 1
-	}
-	if diffs == nil {
-		diffs = []Difference{}
 	}
 	res.Differences, res.DifferenceCount = diffs, count
 	return res, nil

@@ -164,52 +164,60 @@ const (
 	kindMarker
 )
 
-// Entry adds a ledger entry. Only debits are reconciled (top-ups and adjustments are no usage);
-// a debit counts on its generation's day, or, for a generation with no usage record, on the day
-// it was written. Debits written after the last day may belong to it (a request that ran over
-// midnight); earlier ones cannot.
-func (r *Reconciler) Entry(e store.LedgerEntry) error {
-	if e.Kind != store.EntryDebit {
-		return nil
+// Item adds one item of the given table, decoded. Only debits of the ledger are reconciled
+// (top-ups and adjustments are no usage); a debit counts on its generation's day, or, for a
+// generation with no usage record, on the day it was written. Debits written after the last
+// day may belong to it (a request that ran over midnight), and usage records of the day before
+// the first are kept to match them; earlier ones cannot. Records of requests still running are
+// skipped and counted. The aggregates are day × model roll-ups and generation markers.
+func (r *Reconciler) Item(t Table, it Item) error {
+	switch t {
+	case Ledger:
+		e, err := DecodeEntry(it)
+		if err != nil {
+			return err
+		}
+		if day := int32(dayOf(e.At)); e.Kind == store.EntryDebit && day >= r.from && day <= r.to+1 {
+			return r.spill(kindDebit, e.OrgID, e.ID, day, -e.Amount)
+		}
+	case Usage:
+		rec, err := DecodeRecord(it)
+		if err != nil {
+			return err
+		}
+		if rec.InProgress() {
+			r.inProgress++
+			return nil
+		}
+		day, err := dayNumber(rec.Day)
+		if err != nil {
+			return fmt.Errorf("usage item %s/%s: day %q", rec.OrgID, rec.GenerationID, rec.Day)
+		}
+		if day >= r.from-1 && day <= r.to {
+			return r.spill(kindUsage, rec.OrgID, rec.GenerationID, day, rec.Cost)
+		}
+	case Aggregates:
+		ro, m, err := DecodeAggregate(it)
+		switch {
+		case err != nil:
+			return err
+		case ro != nil:
+			return r.rollup(*ro)
+		case m != nil:
+			day, err := dayNumber(m.Day)
+			if err != nil {
+				return fmt.Errorf("marker of %s: day %q", m.GenerationID, m.Day)
+			}
+			if day >= r.from && day <= r.to {
+				return r.spill(kindMarker, m.OrgID, m.GenerationID, day, m.Cost)
+			}
+		}
 	}
-	day := int32(dayOf(e.At))
-	if day < r.from || day > r.to+1 {
-		return nil
-	}
-	return r.spill(kindDebit, e.OrgID, e.ID, day, -e.Amount)
+	return nil
 }
 
-// Usage adds a usage record; records of requests still running are skipped. Records of the
-// day before the first are kept to match debits written after midnight.
-func (r *Reconciler) Usage(rec Record) error {
-	if rec.InProgress() {
-		r.inProgress++
-		return nil
-	}
-	day, err := dayNumber(rec.Day)
-	if err != nil {
-		return fmt.Errorf("usage item %s/%s: day %q", rec.OrgID, rec.GenerationID, rec.Day)
-	}
-	if day < r.from-1 || day > r.to {
-		return nil
-	}
-	return r.spill(kindUsage, rec.OrgID, rec.GenerationID, day, rec.Cost)
-}
-
-// Marker adds a generation marker of the aggregates.
-func (r *Reconciler) Marker(m Marker) error {
-	day, err := dayNumber(m.Day)
-	if err != nil {
-		return fmt.Errorf("marker of %s: day %q", m.GenerationID, m.Day)
-	}
-	if day < r.from || day > r.to {
-		return nil
-	}
-	return r.spill(kindMarker, m.OrgID, m.GenerationID, day, m.Cost)
-}
-
-// Rollup adds a day × model roll-up.
-func (r *Reconciler) Rollup(ro Rollup) error {
+// rollup adds a day × model roll-up to its organization × day's sum.
+func (r *Reconciler) rollup(ro Rollup) error {
 	day, err := dayNumber(ro.Day)
 	if err != nil {
 		return fmt.Errorf("roll-up of %s: day %q", ro.OrgID, ro.Day)
@@ -242,13 +250,19 @@ type spilled struct {
 	Amount   money.Amount
 }
 
-// generation is what the sources hold of one generation.
+// generation is what the sources hold of one generation: its debit, usage record and marker,
+// by record kind.
 type generation struct {
-	org, id                   string
-	debit, usage, marker      money.Amount
-	debitDay, usageDay, mkDay int32
-	hasDebit, hasUsage, hasMk bool
-	dupDebit, dupUsage, dupMk bool
+	org, id string
+	of      [kindMarker + 1]held
+}
+
+// held is what one source holds of a generation: whether it holds it at all, or twice, and its
+// amount and day.
+type held struct {
+	has, dup bool
+	amount   money.Amount
+	day      int32
 }
 
 // figures are one organization × day's sums.
@@ -261,7 +275,7 @@ type figures struct {
 func (r *Reconciler) Finish() (Result, error) {
 	defer r.Close()
 	sums := map[orgDay]*figures{}
-	var diffs []Difference
+	diffs := []Difference{} // [] in JSON, not null, when none differ
 	count := 0
 	add := func(d Difference) {
 		count++
@@ -296,51 +310,51 @@ func (r *Reconciler) Finish() (Result, error) {
 			r.afterPartition()
 		}
 		for _, g := range gens {
-			amt := func(a money.Amount) *money.Amount { return &a }
-			if g.hasUsage {
-				if g.usageDay < r.from {
+			debit, use, mk := g.of[kindDebit], g.of[kindUsage], g.of[kindMarker]
+			if use.has {
+				if use.day < r.from {
 					continue // kept only to match a debit written after midnight
 				}
-				day := dayString(g.usageDay)
-				f := at(g.org, g.usageDay)
+				day := dayString(use.day)
+				f := at(g.org, use.day)
 				f.requests++
-				plus(&f.usage, g.usage)
-				if g.dupUsage || g.dupDebit || g.dupMk {
+				plus(&f.usage, use.amount)
+				if use.dup || debit.dup || mk.dup {
 					add(Difference{Kind: Duplicate, OrgID: g.org, Day: day, GenerationID: g.id})
 				}
 				switch {
-				case g.hasDebit:
-					plus(&f.ledger, g.debit)
-					if g.debit != g.usage {
-						add(Difference{Kind: DebitDiffers, OrgID: g.org, Day: day, GenerationID: g.id, Ledger: amt(g.debit), Usage: amt(g.usage)})
+				case debit.has:
+					plus(&f.ledger, debit.amount)
+					if debit.amount != use.amount {
+						add(Difference{Kind: DebitDiffers, OrgID: g.org, Day: day, GenerationID: g.id, Ledger: new(debit.amount), Usage: new(use.amount)})
 					}
-				case g.usage != 0:
-					add(Difference{Kind: UsageWithoutDebit, OrgID: g.org, Day: day, GenerationID: g.id, Usage: amt(g.usage)})
+				case use.amount != 0:
+					add(Difference{Kind: UsageWithoutDebit, OrgID: g.org, Day: day, GenerationID: g.id, Usage: new(use.amount)})
 				}
 				if r.opt.Aggregates && r.opt.Markers {
 					switch {
-					case !g.hasMk:
-						add(Difference{Kind: NotAggregated, OrgID: g.org, Day: day, GenerationID: g.id, Usage: amt(g.usage)})
+					case !mk.has:
+						add(Difference{Kind: NotAggregated, OrgID: g.org, Day: day, GenerationID: g.id, Usage: new(use.amount)})
 					default:
-						if g.mkDay == g.usageDay {
-							plus(&f.marker, g.marker)
+						if mk.day == use.day {
+							plus(&f.marker, mk.amount)
 						} else {
-							plus(&at(g.org, g.mkDay).marker, g.marker)
+							plus(&at(g.org, mk.day).marker, mk.amount)
 						}
-						if g.marker != g.usage || g.mkDay != g.usageDay {
-							add(Difference{Kind: AggregateDiffers, OrgID: g.org, Day: day, GenerationID: g.id, Usage: amt(g.usage), Aggregate: amt(g.marker)})
+						if mk.amount != use.amount || mk.day != use.day {
+							add(Difference{Kind: AggregateDiffers, OrgID: g.org, Day: day, GenerationID: g.id, Usage: new(use.amount), Aggregate: new(mk.amount)})
 						}
 					}
 				}
 				continue
 			}
-			if g.hasDebit && g.debitDay >= r.from && g.debitDay <= r.to {
-				plus(&at(g.org, g.debitDay).ledger, g.debit)
-				add(Difference{Kind: DebitWithoutUsage, OrgID: g.org, Day: dayString(g.debitDay), GenerationID: g.id, Ledger: amt(g.debit)})
+			if debit.has && debit.day >= r.from && debit.day <= r.to {
+				plus(&at(g.org, debit.day).ledger, debit.amount)
+				add(Difference{Kind: DebitWithoutUsage, OrgID: g.org, Day: dayString(debit.day), GenerationID: g.id, Ledger: new(debit.amount)})
 			}
-			if g.hasMk && r.opt.Aggregates && r.opt.Markers {
-				plus(&at(g.org, g.mkDay).marker, g.marker)
-				add(Difference{Kind: AggregatedWithoutUsage, OrgID: g.org, Day: dayString(g.mkDay), GenerationID: g.id, Aggregate: amt(g.marker)})
+			if mk.has && r.opt.Aggregates && r.opt.Markers {
+				plus(&at(g.org, mk.day).marker, mk.amount)
+				add(Difference{Kind: AggregatedWithoutUsage, OrgID: g.org, Day: dayString(mk.day), GenerationID: g.id, Aggregate: new(mk.amount)})
 			}
 		}
 	}
@@ -360,12 +374,9 @@ func (r *Reconciler) Finish() (Result, error) {
 			ro := r.rollups[k]
 			row.Aggregates = &ro
 			// With markers, roll-ups that match them are explained by the generations' own
-			// differences, listed one by one.
+			// differences, listed one by one; otherwise they are off by what none explains.
 			if ro != f.usage && (!r.opt.Markers || ro != f.marker) {
-				// With markers, the roll-ups are off by what no generation explains (each
-				// generation's own difference is listed by itself).
-				u := f.usage
-				add(Difference{Kind: RollupDiffers, OrgID: k.org, Day: row.Day, Usage: &u, Aggregate: &ro})
+				add(Difference{Kind: RollupDiffers, OrgID: k.org, Day: row.Day, Usage: new(f.usage), Aggregate: &ro})
 			}
 			row.Agrees = row.Agrees && ro == f.usage
 		}
@@ -379,9 +390,6 @@ func (r *Reconciler) Finish() (Result, error) {
 			strings.Compare(a.Kind, b.Kind), strings.Compare(a.GenerationID, b.GenerationID))
 	})
 	res.Differences = diffs
-	if res.Differences == nil {
-		res.Differences = []Difference{}
-	}
 	res.DifferenceCount = count
 	res.Agrees = count == 0
 	for _, row := range res.Rows {
@@ -410,17 +418,8 @@ func readPartition(f *os.File) (map[string]*generation, error) {
 			g = &generation{org: s.Org, id: s.Gen}
 			gens[key] = g
 		}
-		switch s.Kind {
-		case kindDebit:
-			g.dupDebit = g.hasDebit
-			g.hasDebit, g.debit, g.debitDay = true, s.Amount, s.Day
-		case kindUsage:
-			g.dupUsage = g.hasUsage
-			g.hasUsage, g.usage, g.usageDay = true, s.Amount, s.Day
-		case kindMarker:
-			g.dupMk = g.hasMk
-			g.hasMk, g.marker, g.mkDay = true, s.Amount, s.Day
-		}
+		h := &g.of[s.Kind]
+		h.has, h.dup, h.amount, h.day = true, h.has, s.Amount, s.Day
 	}
 }
 

@@ -15,8 +15,9 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+
+	"github.com/neocloud/kiln/pkg/awsenv"
 )
 
 // Defaults of Options.
@@ -57,11 +58,7 @@ type Source struct {
 // AWS_ENDPOINT_URL_SECRETS_MANAGER for a local server) and reads the secret id (a name or ARN)
 // once: a secret that cannot be read is an error at start, not a backend 401 later.
 func Open(ctx context.Context, id, region string, opt Options) (*Source, error) {
-	var opts []func(*awsconfig.LoadOptions) error
-	if region != "" {
-		opts = append(opts, awsconfig.WithRegion(region))
-	}
-	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	cfg, err := awsenv.Load(ctx, "", region)
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: %w", id, err)
 	}

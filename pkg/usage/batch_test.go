@@ -16,10 +16,6 @@ type wholeBatches struct {
 	batches [][]string
 }
 
-func (r *wholeBatches) Record(context.Context, Event) error {
-	return errors.New("Record called where RecordBatch serves")
-}
-
 func (r *wholeBatches) RecordBatch(_ context.Context, es []Event) []error {
 	errs := make([]error, len(es))
 	var ids []string

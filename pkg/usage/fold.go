@@ -76,8 +76,8 @@ type folder interface {
 // Aggregator folds usage events into per organization × UTC day × model and per organization ×
 // UTC month roll-ups (requests, tokens, exact cost), idempotent by generation id: a redelivered
 // or reordered event changes nothing, because the marker of its generation id is written in the
-// same transaction as the additions. It is the Recorder of the aggregator function and of
-// the in-process bus.
+// same transaction as the additions. It is the Recorder of the aggregator function and of the
+// local gateway's in-process pipe.
 type Aggregator struct {
 	store folder
 }
@@ -85,12 +85,6 @@ type Aggregator struct {
 // NewAggregator returns an Aggregator on store.
 func NewAggregator(store folder) *Aggregator {
 	return &Aggregator{store: store}
-}
-
-// Record folds e once.
-func (a *Aggregator) Record(ctx context.Context, e Event) error {
-	_, err := a.Fold(ctx, e)
-	return err
 }
 
 // batchFolder is a store that folds many deltas in few writes: the DynamoDB store puts up to a
@@ -109,7 +103,7 @@ func (a *Aggregator) RecordBatch(ctx context.Context, es []Event) []error {
 	bf, ok := a.store.(batchFolder)
 	if !ok {
 		for i, e := range es {
-			errs[i] = a.Record(ctx, e)
+			_, errs[i] = a.Fold(ctx, e)
 		}
 		return errs
 	}

@@ -33,11 +33,13 @@ const (
 	EnvelopeDetailType = "usage.recorded"
 )
 
-// Recorder takes each valid usage event: Aggregator, the fold into per organization × day ×
-// model and per month roll-ups, idempotent by generation id. An error makes the message a batch
-// item failure, to be delivered again.
+// Recorder takes the valid usage events of a batch together: Aggregator, the fold into per
+// organization × day × model and per month roll-ups, idempotent by generation id, which on the
+// DynamoDB store folds a batch in one transaction of up to a hundred items where one event alone
+// takes a transaction of three. RecordBatch returns each event's error, in order; an error makes
+// the event's message a batch item failure, to be delivered again.
 type Recorder interface {
-	Record(ctx context.Context, e Event) error
+	RecordBatch(ctx context.Context, es []Event) []error
 }
 
 // Handler processes SQS batches of usage events.
@@ -49,22 +51,18 @@ type Handler struct {
 // Invoke is the function's entry point: an SQS batch (Records) goes to Handle. Anything else is
 // an error, so that a misrouted trigger is noticed.
 func (h *Handler) Invoke(ctx context.Context, payload json.RawMessage) (any, error) {
-	var probe struct {
-		Records    []json.RawMessage `json:"Records"`
-		Source     string            `json:"source"`
-		DetailType string            `json:"detail-type"`
+	var in struct {
+		events.SQSEvent
+		Source     string `json:"source"` // an EventBridge event's, to name it in the error
+		DetailType string `json:"detail-type"`
 	}
-	if err := json.Unmarshal(payload, &probe); err != nil {
+	if err := json.Unmarshal(payload, &in); err != nil {
 		return nil, fmt.Errorf("invocation payload: %w", err)
 	}
-	if probe.Records == nil {
-		return nil, fmt.Errorf("unexpected invocation (source %q, detail-type %q): want an SQS batch", probe.Source, probe.DetailType)
+	if in.Records == nil {
+		return nil, fmt.Errorf("unexpected invocation (source %q, detail-type %q): want an SQS batch", in.Source, in.DetailType)
 	}
-	var batch events.SQSEvent
-	if err := json.Unmarshal(payload, &batch); err != nil {
-		return nil, fmt.Errorf("SQS batch: %w", err)
-	}
-	return h.Handle(ctx, batch)
+	return h.Handle(ctx, in.SQSEvent)
 }
 
 // NewHandler returns a Handler that hands valid events to rec. A nil log discards.
@@ -73,13 +71,6 @@ func NewHandler(rec Recorder, log *slog.Logger) *Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Handler{rec: rec, log: log}
-}
-
-// batchRecorder is a Recorder that records a whole batch in few writes: usage.Aggregator on the
-// DynamoDB store folds a batch in one transaction of up to a hundred items, where one event alone
-// takes a transaction of three. RecordBatch returns each event's error, in order.
-type batchRecorder interface {
-	RecordBatch(ctx context.Context, es []Event) []error
 }
 
 // Handle processes one batch and reports only the messages that failed. It never fails the
@@ -99,17 +90,9 @@ func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQS
 			at = append(at, i)
 		}
 	}
-	if br, ok := h.rec.(batchRecorder); ok {
-		for k, err := range br.RecordBatch(ctx, es) {
-			if err != nil {
-				errs[at[k]] = fmt.Errorf("record %s: %w", es[k].GenerationID, err)
-			}
-		}
-	} else {
-		for k, e := range es {
-			if err := h.rec.Record(ctx, e); err != nil {
-				errs[at[k]] = fmt.Errorf("record %s: %w", e.GenerationID, err)
-			}
+	for k, err := range h.rec.RecordBatch(ctx, es) {
+		if err != nil {
+			errs[at[k]] = fmt.Errorf("record %s: %w", es[k].GenerationID, err)
 		}
 	}
 	for i, m := range batch.Records {

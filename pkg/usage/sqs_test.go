@@ -81,11 +81,14 @@ func TestDecode(t *testing.T) {
 
 type recorder struct{ failOn string }
 
-func (r recorder) Record(_ context.Context, e Event) error {
-	if e.GenerationID == r.failOn {
-		return errors.New("store unavailable")
+func (r recorder) RecordBatch(_ context.Context, es []Event) []error {
+	errs := make([]error, len(es))
+	for i, e := range es {
+		if e.GenerationID == r.failOn {
+			errs[i] = errors.New("store unavailable")
+		}
 	}
-	return nil
+	return errs
 }
 
 func TestHandleReportsOnlyFailures(t *testing.T) {

@@ -54,16 +54,9 @@ type Target interface {
 	Send(ctx context.Context, bodies []string) error
 }
 
-// streams is the part of the DynamoDB Streams API the pipe reads.
-type streams interface {
-	DescribeStream(ctx context.Context, in *dynamodbstreams.DescribeStreamInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.DescribeStreamOutput, error)
-	GetShardIterator(ctx context.Context, in *dynamodbstreams.GetShardIteratorInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetShardIteratorOutput, error)
-	GetRecords(ctx context.Context, in *dynamodbstreams.GetRecordsInput, opts ...func(*dynamodbstreams.Options)) (*dynamodbstreams.GetRecordsOutput, error)
-}
-
 // Pipe reads one stream and feeds one target.
 type Pipe struct {
-	streams   streams
+	streams   *dynamodbstreams.Client
 	streamARN string
 	region    string
 	target    Target
@@ -106,14 +99,10 @@ func New(db *dynamodb.Client, streamARN string, target Target, log *slog.Logger)
 		HTTPClient:   awshttp.NewBuildableClient(),
 		Retryer:      o.Retryer,
 	})
-	return newPipe(client, streamARN, o.Region, target, log)
-}
-
-func newPipe(client streams, streamARN, region string, target Target, log *slog.Logger) *Pipe {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Pipe{streams: client, streamARN: streamARN, region: region, target: target, log: log, shards: map[string]*shard{}}
+	return &Pipe{streams: client, streamARN: streamARN, region: o.Region, target: target, log: log, shards: map[string]*shard{}}
 }
 
 // Run polls the stream every interval until ctx ends. Errors are logged and retried: the records
@@ -198,8 +187,7 @@ func (p *Pipe) read(ctx context.Context, id string, st *shard) (int, error) {
 				in.ShardIteratorType, in.SequenceNumber = types.ShardIteratorTypeAfterSequenceNumber, aws.String(st.last)
 			}
 			out, err := p.streams.GetShardIterator(ctx, in)
-			var gone *types.ResourceNotFoundException
-			if errors.As(err, &gone) {
+			if _, gone := errors.AsType[*types.ResourceNotFoundException](err); gone {
 				st.done = true // trimmed away: nothing left to read
 				return delivered, nil
 			}
@@ -260,7 +248,8 @@ func (p *Pipe) read(ctx context.Context, id string, st *shard) (int, error) {
 }
 
 // record is a stream record as Lambda and EventBridge Pipes write it: the Streams API's record
-// with the image in DynamoDB JSON and eventSourceARN the stream's ARN.
+// with the image in DynamoDB JSON and eventSourceARN the stream's ARN. Its userIdentity, which
+// only TTL deletions carry, is left out: Keep drops every REMOVE.
 func (p *Pipe) record(r types.Record) events.DynamoDBEventRecord {
 	rec := events.DynamoDBEventRecord{
 		AWSRegion:      cmp.Or(aws.ToString(r.AwsRegion), p.region),
@@ -269,9 +258,6 @@ func (p *Pipe) record(r types.Record) events.DynamoDBEventRecord {
 		EventSource:    cmp.Or(aws.ToString(r.EventSource), "aws:dynamodb"),
 		EventVersion:   aws.ToString(r.EventVersion),
 		EventSourceArn: p.streamARN,
-	}
-	if r.UserIdentity != nil {
-		rec.UserIdentity = &events.DynamoDBUserIdentity{Type: aws.ToString(r.UserIdentity.Type), PrincipalID: aws.ToString(r.UserIdentity.PrincipalId)}
 	}
 	if d := r.Dynamodb; d != nil {
 		rec.Change = events.DynamoDBStreamRecord{
