@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
@@ -64,8 +65,12 @@ func (m *memoryGateway) Maintenance(context.Context) (store.Maintenance, error) 
 func BenchmarkChatHandler(b *testing.B) {
 	h := newHarness(b, config{
 		wrapStore: func(s store.Gateway) store.Gateway { return &memoryGateway{Gateway: s} },
-		// The production default: keys and the maintenance window come from the cache.
-		gateway: func(o *Options) { o.CacheTTL = 2 * time.Second },
+		// As in production: keys and the maintenance window come from the cache, and every
+		// request writes its JSON log line.
+		gateway: func(o *Options) {
+			o.CacheTTL = 2 * time.Second
+			o.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+		},
 	})
 	h.rec.off.Store(true)
 	const content = "Answer briefly. Hello there, how are you today? [[sim:tokens=16]]"
