@@ -21,8 +21,7 @@ type TokenSource interface {
 // id and the source's token. A token with a line break could add header lines: the source
 // refuses those (pkg/secret), and this drops it too.
 func (be *backend) headerFor(requestID string) http.Header {
-	h := make(http.Header, len(be.header)+2)
-	maps.Copy(h, be.header) // the values are shared, and nothing writes them
+	h := maps.Clone(be.header) // the values are shared, and nothing writes them
 	h[requestIDHeader] = []string{requestID}
 	if be.token == nil {
 		return h
