@@ -387,23 +387,6 @@ func readMembers(v []byte, i int, read func(name []byte, at int) (end int, err e
 	return min(i+1, len(v)), nil // past the '}'
 }
 
-// members returns the top-level members of the valid object v, whitespace around it allowed, as
-// ParseObject does, appended to dst; ok is false when v is not an object.
-func members(dst []Field, v []byte) (fields []Field, ok bool) {
-	i := skipSpace(v, 0)
-	if i >= len(v) || v[i] != '{' {
-		return dst, false
-	}
-	for i = skipSpace(v, i+1); i < len(v) && v[i] == '"'; i = skipSpace(v, i) {
-		f := Field{KeyStart: i}
-		f.KeyEnd, f.escaped = skipString(v, i)
-		f.ValueStart = skipSpace(v, f.KeyEnd)
-		f.ValueEnd = skipValue(v, f.ValueStart)
-		dst, i = append(dst, f), f.ValueEnd
-	}
-	return dst, true
-}
-
 // readElements calls read with where each element of the valid array that starts at v[i] starts;
 // read returns where the element ends. readElements returns where the array ends.
 func readElements(v []byte, i int, read func(at int) (end int, err error)) (end int, err error) {

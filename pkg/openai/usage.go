@@ -67,12 +67,11 @@ func count(v jsontext.Value) (int64, error) {
 // AppendWithCost appends to dst the usage object with its "cost" member set to cost, a JSON number
 // literal: replaced where it stands if usage has one, otherwise added as the last member. Every
 // other byte is copied as it is. usage is valid JSON, read with the answer or chunk that carries
-// it (ParseCompletion, ParseChunk), so its members are found without reading it again; one that
-// is not an object is appended unchanged.
+// it (ParseCompletion, ParseChunk); one that is not an object is appended unchanged.
 func AppendWithCost(dst, usage, cost []byte) []byte {
 	var buf [16]Field
-	fields, ok := members(buf[:0], usage)
-	if !ok {
+	fields, err := ParseObject(buf[:0], usage)
+	if err != nil {
 		return append(dst, bytes.TrimSpace(usage)...) // as Rewrite copies no whitespace around the object
 	}
 	return Rewrite(dst, usage, fields, Edit{Key: "cost", Value: cost})
