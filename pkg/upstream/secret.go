@@ -3,6 +3,7 @@ package upstream
 import (
 	"maps"
 	"net/http"
+	"strings"
 )
 
 // TokenSource gives backends their bearer token at run time, for a token that rotates (a
@@ -41,10 +42,5 @@ func (be *backend) refused(status int) {
 
 // validToken reports whether tok is printable ASCII without spaces, as a bearer token is.
 func validToken(tok string) bool {
-	for i := 0; i < len(tok); i++ {
-		if c := tok[i]; c <= ' ' || c >= 0x7f {
-			return false
-		}
-	}
-	return true
+	return !strings.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r >= 0x7f })
 }

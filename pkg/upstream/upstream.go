@@ -190,6 +190,7 @@ type Call struct {
 type Response struct {
 	*http.Response
 	Backend *catalog.Backend
+	be      *backend // the backend that answered, whose breaker counts what follows
 	pool    *Pool
 	orgID   string
 }
@@ -198,21 +199,15 @@ type Response struct {
 // what the status promised), so that the backend's breaker counts it. It says the backend itself
 // is unhealthy, whoever asked.
 func (r *Response) Failed() {
-	if be := r.pool.backends[r.Backend.Name]; be != nil {
-		be.breaker.failure(r.pool.opt.Now(), r.pool.opt, failureUnhealthy, "")
-	}
+	r.be.breaker.failure(r.pool.opt.Now(), r.pool.opt, failureUnhealthy, "")
 }
 
 // StreamStatus records an error a backend sent inside a stream it had answered with 200 (vLLM and
 // SGLang report errors they meet once generation started as an error event that names a status):
 // the breaker counts it as it counts that status in an answer's headers.
 func (r *Response) StreamStatus(status int) {
-	be := r.pool.backends[r.Backend.Name]
-	if be == nil {
-		return
-	}
 	if kind, failed := statusFailure(status); failed {
-		be.breaker.failure(r.pool.opt.Now(), r.pool.opt, kind, r.orgID)
+		r.be.breaker.failure(r.pool.opt.Now(), r.pool.opt, kind, r.orgID)
 	}
 }
 
@@ -279,7 +274,7 @@ func (p *Pool) send(ctx context.Context, be *backend, call Call, id string) (*Re
 	} else {
 		be.breaker.success()
 	}
-	return &Response{Response: resp, Backend: &be.cfg, pool: p, orgID: call.OrgID}, true, nil
+	return &Response{Response: resp, Backend: &be.cfg, be: be, pool: p, orgID: call.OrgID}, true, nil
 }
 
 // statusFailure classifies a backend's status for its breaker. 502, 503 and 504 come from the
