@@ -73,12 +73,9 @@ var decoders = sync.Pool{New: func() any { d := new(decoder); d.dec = jsontext.N
 func ParseObject(dst []Field, raw []byte) ([]Field, error) { return parseAnswer(dst, raw, nil) }
 
 // ParseChunk is ParseObject for a streamed chunk that reads, in the same pass, its choices and
-// usage into chunk (when not nil): a relay reads every chunk this way. A choices member that is
-// not an array leaves chunk.Choices empty.
+// usage into chunk: a relay reads every chunk this way. A choices member that is not an array
+// leaves chunk.Choices empty.
 func ParseChunk(dst []Field, raw []byte, chunk *ChatCompletionChunk) ([]Field, error) {
-	if chunk == nil {
-		return parseAnswer(dst, raw, nil)
-	}
 	chunk.Choices, chunk.Usage = chunk.Choices[:0], nil
 	return parseAnswer(dst, raw, chunk)
 }

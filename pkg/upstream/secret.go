@@ -3,6 +3,7 @@ package upstream
 import (
 	"maps"
 	"net/http"
+	"strings"
 )
 
 // TokenSource gives backends their bearer token at run time, for a token that rotates (a
@@ -21,8 +22,7 @@ type TokenSource interface {
 // id and the source's token. A token with a line break could add header lines: the source
 // refuses those (pkg/secret), and this drops it too.
 func (be *backend) headerFor(requestID string) http.Header {
-	h := make(http.Header, len(be.header)+2)
-	maps.Copy(h, be.header) // the values are shared, and nothing writes them
+	h := maps.Clone(be.header) // the values are shared, and nothing writes them
 	h[requestIDHeader] = []string{requestID}
 	if be.token == nil {
 		return h
@@ -42,10 +42,5 @@ func (be *backend) refused(status int) {
 
 // validToken reports whether tok is printable ASCII without spaces, as a bearer token is.
 func validToken(tok string) bool {
-	for i := 0; i < len(tok); i++ {
-		if c := tok[i]; c <= ' ' || c >= 0x7f {
-			return false
-		}
-	}
-	return true
+	return !strings.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r >= 0x7f })
 }

