@@ -285,56 +285,41 @@ func (g *generation) stream(ctx context.Context, w http.ResponseWriter, fail *re
 	w.WriteHeader(http.StatusOK)
 	events := &eventWriter{w: w, rc: http.NewResponseController(w)}
 	a, d := g.answer, g.req.directives
-	sw := g.req.model.Server
-
-	endWith := func(fail *requestError) {
-		if events.write(sw.streamErrorEvent(fail)) == nil {
-			_ = events.done()
-		}
-	}
-	if fail != nil && a.count == 0 {
-		endWith(fail)
-		return
-	}
-	if !g.sendOpening(events) {
-		return
-	}
-	sent := 0
-	for k := range a.count {
-		if sleep(ctx, d.delay) != nil {
-			return
-		}
-		for i := range g.choices {
-			if sent == d.dropAfter {
-				abort()
-			}
-			last := k == a.count-1 && fail == nil && !g.separateFinish()
-			if events.send(g.pieceChunk(i, k, last)) != nil {
+	if fail == nil || a.count > 0 { // a failure before any output has no role chunk either
+		g.sendOpening(events)
+		sent := 0
+		for k := range a.count {
+			if events.err != nil || sleep(ctx, d.delay) != nil {
 				return
 			}
-			sent++
+			for i := range g.choices {
+				if sent == d.dropAfter {
+					abort()
+				}
+				events.send(g.pieceChunk(i, k, k == a.count-1 && fail == nil && !g.separateFinish()))
+				sent++
+			}
 		}
-	}
-	if d.dropAfter >= 0 {
-		abort()
+		if events.err != nil {
+			return
+		}
+		if d.dropAfter >= 0 {
+			abort()
+		}
 	}
 	if fail != nil {
-		endWith(fail)
-		return
-	}
-	if a.count == 0 || g.separateFinish() {
-		for i := range g.choices {
-			if events.send(g.finishChunk(i)) != nil {
-				return
+		events.write(g.req.model.Server.streamErrorEvent(fail))
+	} else {
+		if a.count == 0 || g.separateFinish() {
+			for i := range g.choices {
+				events.send(g.finishChunk(i))
 			}
 		}
-	}
-	if g.req.includeUsage {
-		if events.send(g.usageChunk()) != nil {
-			return
+		if g.req.includeUsage {
+			events.send(g.usageChunk())
 		}
 	}
-	_ = events.done()
+	events.write([]byte("[DONE]"))
 }
 
 // abort cuts the connection after what was flushed: no final chunk, no [DONE], no terminating
@@ -346,9 +331,9 @@ func abort() {
 // sendOpening sends what a chat stream sends before the first token of each choice: the assistant
 // role (with vLLM's continuous usage, the prompt alone) and, for a tool call, the call's id, type
 // and name with empty arguments.
-func (g *generation) sendOpening(events *eventWriter) bool {
+func (g *generation) sendOpening(events *eventWriter) {
 	if g.req.endpoint == endpointCompletions {
-		return true
+		return
 	}
 	empty := ""
 	for i := range g.choices {
@@ -356,22 +341,17 @@ func (g *generation) sendOpening(events *eventWriter) bool {
 		if !g.sglang {
 			u = g.running(i, 0)
 		}
-		if events.send(g.chatChunk(i, &chatDelta{Role: "assistant", Content: &empty}, nil, u)) != nil {
-			return false
-		}
+		events.send(g.chatChunk(i, &chatDelta{Role: "assistant", Content: &empty}, nil, u))
 		if a := g.answer; a.toolName != "" {
 			index := 0
-			if events.send(g.chatChunk(i, &chatDelta{ToolCalls: []toolCall{{
+			events.send(g.chatChunk(i, &chatDelta{ToolCalls: []toolCall{{
 				Index:    &index,
 				ID:       a.toolID,
 				Type:     "function",
 				Function: toolFunction{Name: a.toolName},
-			}}}, nil, u)) != nil {
-				return false
-			}
+			}}}, nil, u))
 		}
 	}
-	return true
 }
 
 // pieceChunk is token k of choice i; with last, it carries the finish reason too (vLLM).
@@ -475,27 +455,25 @@ func nullable(s string) *string {
 	return &s
 }
 
-// eventWriter writes server-sent events and flushes each one.
+// eventWriter writes server-sent events and flushes each one. After a write fails it writes
+// nothing more and keeps the error, so that a stream checks for a gone client once per token.
 type eventWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	err error
 }
 
-func (e *eventWriter) send(v any) error {
-	return e.write(marshal(v))
-}
-
-func (e *eventWriter) done() error {
-	return e.write([]byte("[DONE]"))
-}
-
-func (e *eventWriter) write(data []byte) error {
-	buf := make([]byte, 0, len(data)+8)
-	buf = append(buf, "data: "...)
-	buf = append(buf, data...)
-	buf = append(buf, "\n\n"...)
-	if _, err := e.w.Write(buf); err != nil {
-		return err
+func (e *eventWriter) send(v any) {
+	if e.err == nil {
+		e.write(marshal(v))
 	}
-	return e.rc.Flush()
+}
+
+func (e *eventWriter) write(data []byte) {
+	if e.err != nil {
+		return
+	}
+	if _, e.err = fmt.Fprintf(e.w, "data: %s\n\n", data); e.err == nil {
+		e.err = e.rc.Flush()
+	}
 }
