@@ -67,7 +67,7 @@ func parse(s string, maxDecimals int) (Amount, error) {
 	if intPart == "" {
 		return 0, fmt.Errorf("amount %q: no digits before the decimal point", orig)
 	}
-	if !allDigits(intPart) || !allDigits(frac) {
+	if strings.Trim(intPart, digits) != "" || strings.Trim(frac, digits) != "" {
 		return 0, fmt.Errorf("amount %q: not a plain decimal number", orig)
 	}
 	if len(frac) > maxDecimals {
@@ -85,14 +85,8 @@ func parse(s string, maxDecimals int) (Amount, error) {
 	return a, nil
 }
 
-func allDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
+// digits are the characters of a plain decimal number's parts.
+const digits = "0123456789"
 
 // String formats the amount in plain decimal notation with no trailing zeros: "0.000001155",
 // "10", "-3.5". It never uses an exponent.
