@@ -173,11 +173,9 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	return w.body.Write(p)
 }
 
-// Flush has nothing to do: every Write has already been handed to the runtime.
+// Flush has nothing to do: every Write has already been handed to the runtime. It makes the
+// writer an http.Flusher, which http.ResponseController's Flush calls and reports as a success.
 func (w *responseWriter) Flush() {}
-
-// FlushError is what http.ResponseController calls.
-func (w *responseWriter) FlushError() error { return nil }
 
 // framingHeaders are decided by the function URL or API Gateway, not by the function: the
 // response is streamed, so a Content-Length from the handler would describe a framing that is
