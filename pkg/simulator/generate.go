@@ -396,20 +396,37 @@ func (g *generation) finishChunk(i int) any {
 	return g.chatChunk(i, delta, &finish, nil)
 }
 
+// usageChunk is the final usage chunk. SGLang writes its completions one without nulls
+// (exclude_none), as vLLM does.
 func (g *generation) usageChunk() any {
 	u := g.usage()
-	if g.req.endpoint == endpointCompletions {
-		return g.wrapText(envelope(g, "text_completion", []textChoice{}, u))
+	switch {
+	case g.req.endpoint == endpointCompletions:
+		return envelope(g, "text_completion", []textChoice{}, u)
+	case g.sglang:
+		return sglangEnvelope(g, "chat.completion.chunk", []sglangChatChoice{}, (*sglangUsage)(u))
 	}
-	return g.wrapChat(envelope(g, "chat.completion.chunk", []chatChoice{}, u))
+	return envelope(g, "chat.completion.chunk", []chatChoice{}, u)
 }
 
-func (g *generation) chatChunk(i int, delta *chatDelta, finish *string, u *usage) any {
-	return g.wrapChat(envelope(g, "chat.completion.chunk", []chatChoice{{Index: i, Delta: delta, FinishReason: finish}}, u))
+func (g *generation) chatChunk(i int, d *chatDelta, finish *string, u *usage) any {
+	if g.sglang {
+		delta := sglangDelta{Content: d.Content, ReasoningContent: d.ReasoningContent, ToolCalls: d.ToolCalls}
+		if d.Role != "" {
+			delta.Role = &d.Role
+		}
+		// The same usage, as SGLang writes it: a conversion, the two types differ only in their tags.
+		return sglangEnvelope(g, "chat.completion.chunk", []sglangChatChoice{{Index: i, Delta: delta, FinishReason: finish}}, (*sglangUsage)(u))
+	}
+	return envelope(g, "chat.completion.chunk", []chatChoice{{Index: i, Delta: d, FinishReason: finish}}, u)
 }
 
 func (g *generation) textChunk(i int, text string, finish *string, u *usage) any {
-	return g.wrapText(envelope(g, "text_completion", []textChoice{{Index: i, Text: text, FinishReason: finish}}, u))
+	c := textChoice{Index: i, Text: text, FinishReason: finish}
+	if g.sglang {
+		return sglangEnvelope(g, "text_completion", []sglangTextChoice{{textChoice: c}}, u)
+	}
+	return envelope(g, "text_completion", []textChoice{c}, u)
 }
 
 // envelope is a response or chunk of g with choices and usage u.
@@ -417,42 +434,10 @@ func envelope[C any](g *generation, object string, choices []C, u *usage) *compl
 	return &completion[C]{ID: g.id, Object: object, Created: g.created, Model: g.req.model.Name, Choices: choices, Usage: u}
 }
 
-// wrapChat and wrapText give SGLang's chunks their explicit nulls: pydantic's model_dump_json
+// sglangEnvelope is an SGLang chunk of g, with its explicit nulls: pydantic's model_dump_json
 // writes every field, "usage": null included.
-func (g *generation) wrapChat(c *chatCompletion) any {
-	if !g.sglang {
-		return c
-	}
-	choices := make([]sglangChatChoice, len(c.Choices))
-	for i, ch := range c.Choices {
-		d := ch.Delta
-		choices[i] = sglangChatChoice{Index: ch.Index, FinishReason: ch.FinishReason, Delta: sglangDelta{
-			Role: nullable(d.Role), Content: d.Content, ReasoningContent: d.ReasoningContent, ToolCalls: d.ToolCalls,
-		}}
-	}
-	// The same usage, as SGLang writes it: a conversion, the two types differ only in their tags.
-	u := (*sglangUsage)(c.Usage)
-	return &sglangChunk[sglangChatChoice, sglangUsage]{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: u}
-}
-
-// wrapText gives SGLang's completion chunks "usage": null and "matched_stop": null; its final
-// usage chunk is written without nulls (exclude_none), as vLLM writes it.
-func (g *generation) wrapText(c *textCompletion) any {
-	if !g.sglang || len(c.Choices) == 0 {
-		return c
-	}
-	choices := make([]sglangTextChoice, len(c.Choices))
-	for i, ch := range c.Choices {
-		choices[i] = sglangTextChoice{textChoice: ch}
-	}
-	return &sglangChunk[sglangTextChoice, usage]{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: c.Usage}
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
+func sglangEnvelope[C, U any](g *generation, object string, choices []C, u *U) *sglangChunk[C, U] {
+	return &sglangChunk[C, U]{ID: g.id, Object: object, Created: g.created, Model: g.req.model.Name, Choices: choices, Usage: u}
 }
 
 // eventWriter writes server-sent events and flushes each one. After a write fails it writes
