@@ -23,17 +23,13 @@ import (
 // Lambda gateway handles one request at a time and keeps Go's default.
 const gcPercent = 200
 
-// gatewayCommitWindow is how long the local server's embedded store waits for more settlements
-// to share a commit: none. A settlement commits before its answer ends (its debit is durable when
-// the client sees the end), so a window would be added to every answer, and under a closed loop
-// of clients, who wait for their answers, no more settlements arrive during it. Writes that arrive
-// while a commit is under way still share the next one.
-const gatewayCommitWindow = 0
-
 // serverStore is how the local server, a long-running process, opens the embedded store: it owns
-// the directory's in-flight slots (in memory, behind a lock file: one gateway per directory) and
-// shares commits among the settlements that arrive during one.
-var serverStore = sqlite.Options{OwnSlots: true, CommitWindow: gatewayCommitWindow, FoldAtSettlement: true}
+// the directory's in-flight slots (in memory, behind a lock file: one gateway per directory), and
+// settlements that arrive while a commit is under way share the next one. It sets no commit
+// window: a settlement commits before its answer ends (its debit is durable when the client sees
+// the end), so a window would be added to every answer, and under a closed loop of clients, who
+// wait for their answers, no more settlements arrive during it.
+var serverStore = sqlite.Options{OwnSlots: true, FoldAtSettlement: true}
 
 // serve runs the gateway off Lambda, as `make run` starts it: the configured store (on a local
 // DynamoDB endpoint, with the tables it lacks created), the catalog, the model simulator, the
