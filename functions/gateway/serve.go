@@ -31,10 +31,10 @@ const gcPercent = 200
 // wait for their answers, no more settlements arrive during it.
 var serverStore = sqlite.Options{OwnSlots: true, FoldAtSettlement: true}
 
-// serve runs the gateway off Lambda, as `make run` starts it: the configured store (on a local
-// DynamoDB endpoint, with the tables it lacks created), the catalog, the model simulator, the
-// usage pipe, the gateway on an http.Server on cfg.Addr and, on a store without organizations,
-// the demo organization. It serves until ctx ends, then shuts down gracefully: open streams get
+// serve runs the gateway off Lambda, as `make run` starts it: the configured store, the catalog,
+// the model simulator, the usage pipe (on a local DynamoDB endpoint, with the tables it lacks),
+// the gateway on an http.Server on cfg.Addr and, on a store without organizations, the demo
+// organization. It serves until ctx ends, then shuts down gracefully: open streams get
 // cfg.ShutdownGrace to finish, and every admitted request is settled. Human-readable start-up
 // lines go to out; logs go to log.
 func serve(ctx context.Context, cfg config.Config, getenv func(string) string, log *slog.Logger, out io.Writer) error {
@@ -47,9 +47,6 @@ func serve(ctx context.Context, cfg config.Config, getenv func(string) string, l
 		return err
 	}
 	defer st.Close()
-	if err := createLocalTables(ctx, cfg, st, log, out); err != nil {
-		return err
-	}
 
 	if cfg.Simulator != "" {
 		stop, err := startSimulator(cfg.Simulator, cat, log)
@@ -59,7 +56,7 @@ func serve(ctx context.Context, cfg config.Config, getenv func(string) string, l
 		defer stop()
 	}
 
-	stopPipe, err := startUsagePipe(ctx, cfg, st, log)
+	stopPipe, err := startUsagePipe(ctx, cfg, st, log, out)
 	if err != nil {
 		return err
 	}
