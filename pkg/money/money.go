@@ -7,6 +7,7 @@
 package money
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -106,17 +107,11 @@ func (a Amount) Append(dst []byte) []byte {
 	if frac == 0 {
 		return dst
 	}
-	var digits [Scale]byte
-	for i := Scale - 1; i >= 0; i-- {
-		digits[i] = byte('0' + frac%10)
-		frac /= 10
-	}
-	n := Scale
-	for n > 0 && digits[n-1] == '0' {
-		n--
-	}
+	// Dollar+frac is a 1 followed by frac's Scale digits, leading zeros included.
+	var digits [Scale + 1]byte
+	padded := strconv.AppendUint(digits[:0], uint64(Dollar)+frac, 10)
 	dst = append(dst, '.')
-	return append(dst, digits[:n]...)
+	return append(dst, bytes.TrimRight(padded[1:], "0")...)
 }
 
 // Fixed formats the amount with at least places decimal places ("10.00"), more when needed to
