@@ -134,7 +134,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request, seq
 		return
 	}
 	if req.requiredToolChoice && req.model.RejectRequiredToolChoice {
-		writePlain(w, http.StatusInternalServerError, http.StatusText(http.StatusInternalServerError))
+		writePlain(w, http.StatusInternalServerError)
 		return
 	}
 
@@ -178,7 +178,7 @@ func simulatedMessage(status int) string {
 // (vLLM's NotImplementedError), the plain status text its HTTP server sends for other 5xx.
 func writeStatus(w http.ResponseWriter, sw Software, status int) {
 	if status >= 500 && status != http.StatusNotImplemented {
-		writePlain(w, status, http.StatusText(status))
+		writePlain(w, status)
 		return
 	}
 	writeError(w, sw, status, simulatedMessage(status))
