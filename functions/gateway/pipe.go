@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -23,10 +25,13 @@ const pipePoll = 250 * time.Millisecond
 // startUsagePipe starts what carries settled usage events to the aggregates off Lambda, and
 // returns how to stop it (after the gateway has settled everything: it reads the stream to its
 // end first). The embedded store folds each event as it settles it, so there is nothing to
-// start. On a local DynamoDB endpoint the stand-in for the EventBridge Pipe reads the usage
-// table's stream and hands each batch to the aggregator's own handler, as the pipe and the
-// queue do on AWS. Against DynamoDB in AWS the stack's pipe does it.
-func startUsagePipe(ctx context.Context, cfg config.Config, st store.Store, log *slog.Logger) (stop func(), err error) {
+// start. On a local DynamoDB endpoint (DynamoDB Local, moto), which starts empty, it first creates
+// the tables that do not exist yet, turning point-in-time recovery on where the server has it, as
+// template.yaml does (in AWS the tables come from the template and are never created here); then
+// the stand-in for the EventBridge Pipe reads the usage table's stream and hands each batch to the
+// aggregator's own handler, as the pipe and the queue do on AWS. Against DynamoDB in AWS the
+// stack's pipe does it. Human-readable start-up lines go to out.
+func startUsagePipe(ctx context.Context, cfg config.Config, st store.Store, log *slog.Logger, out io.Writer) (stop func(), err error) {
 	ds, ok := st.(*dynamo.Store)
 	if !ok || cfg.DynamoDBEndpoint == "" {
 		how := "folded into the aggregates as they are settled"
@@ -36,6 +41,15 @@ func startUsagePipe(ctx context.Context, cfg config.Config, st store.Store, log 
 		log.Info("usage events", slog.String("aggregated", how))
 		return func() {}, nil
 	}
+	created, _, err := ds.SetUpLocal(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("on %s: %w", cfg.DynamoDBEndpoint, err)
+	}
+	if len(created) > 0 {
+		fmt.Fprintf(out, "Created DynamoDB tables on %s: %s\n", cfg.DynamoDBEndpoint, strings.Join(created, ", "))
+	}
+	log.Info("dynamodb tables ready", slog.String("endpoint", cfg.DynamoDBEndpoint),
+		slog.String("orgs", ds.Tables().Orgs), slog.Int("created", len(created)))
 	arn, err := pipe.StreamOf(ctx, ds.Client(), ds.Tables().Usage)
 	if err != nil {
 		return nil, fmt.Errorf("usage pipeline: %w", err)

@@ -23,22 +23,18 @@ import (
 // Lambda gateway handles one request at a time and keeps Go's default.
 const gcPercent = 200
 
-// gatewayCommitWindow is how long the local server's embedded store waits for more settlements
-// to share a commit: none. A settlement commits before its answer ends (its debit is durable when
-// the client sees the end), so a window would be added to every answer, and under a closed loop
-// of clients, who wait for their answers, no more settlements arrive during it. Writes that arrive
-// while a commit is under way still share the next one.
-const gatewayCommitWindow = 0
-
 // serverStore is how the local server, a long-running process, opens the embedded store: it owns
-// the directory's in-flight slots (in memory, behind a lock file: one gateway per directory) and
-// shares commits among the settlements that arrive during one.
-var serverStore = sqlite.Options{OwnSlots: true, CommitWindow: gatewayCommitWindow, FoldAtSettlement: true}
+// the directory's in-flight slots (in memory, behind a lock file: one gateway per directory), and
+// settlements that arrive while a commit is under way share the next one. It sets no commit
+// window: a settlement commits before its answer ends (its debit is durable when the client sees
+// the end), so a window would be added to every answer, and under a closed loop of clients, who
+// wait for their answers, no more settlements arrive during it.
+var serverStore = sqlite.Options{OwnSlots: true, FoldAtSettlement: true}
 
-// serve runs the gateway off Lambda, as `make run` starts it: the configured store (on a local
-// DynamoDB endpoint, with the tables it lacks created), the catalog, the model simulator, the
-// usage pipe, the gateway on an http.Server on cfg.Addr and, on a store without organizations,
-// the demo organization. It serves until ctx ends, then shuts down gracefully: open streams get
+// serve runs the gateway off Lambda, as `make run` starts it: the configured store, the catalog,
+// the model simulator, the usage pipe (on a local DynamoDB endpoint, with the tables it lacks),
+// the gateway on an http.Server on cfg.Addr and, on a store without organizations, the demo
+// organization. It serves until ctx ends, then shuts down gracefully: open streams get
 // cfg.ShutdownGrace to finish, and every admitted request is settled. Human-readable start-up
 // lines go to out; logs go to log.
 func serve(ctx context.Context, cfg config.Config, getenv func(string) string, log *slog.Logger, out io.Writer) error {
@@ -51,9 +47,6 @@ func serve(ctx context.Context, cfg config.Config, getenv func(string) string, l
 		return err
 	}
 	defer st.Close()
-	if err := createLocalTables(ctx, cfg, st, log, out); err != nil {
-		return err
-	}
 
 	if cfg.Simulator != "" {
 		stop, err := startSimulator(cfg.Simulator, cat, log)
@@ -63,7 +56,7 @@ func serve(ctx context.Context, cfg config.Config, getenv func(string) string, l
 		defer stop()
 	}
 
-	stopPipe, err := startUsagePipe(ctx, cfg, st, log)
+	stopPipe, err := startUsagePipe(ctx, cfg, st, log, out)
 	if err != nil {
 		return err
 	}

@@ -3,10 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/neocloud/kiln/pkg/catalog"
 	"github.com/neocloud/kiln/pkg/config"
@@ -56,27 +54,6 @@ func openStore(ctx context.Context, cfg config.Config, embedded sqlite.Options) 
 		return nil, fmt.Errorf("open embedded store in %s: %w", cfg.DataDir, err)
 	}
 	return s, nil
-}
-
-// createLocalTables creates, on a local DynamoDB endpoint (DynamoDB Local, moto), the tables
-// that do not exist yet and turns point-in-time recovery on where the server has it, as
-// template.yaml does. A local DynamoDB starts empty; in AWS the tables come from the template and
-// are never created here.
-func createLocalTables(ctx context.Context, cfg config.Config, st store.Store, log *slog.Logger, out io.Writer) error {
-	ds, ok := st.(*dynamo.Store)
-	if !ok || cfg.DynamoDBEndpoint == "" {
-		return nil
-	}
-	created, _, err := ds.SetUpLocal(ctx)
-	if err != nil {
-		return fmt.Errorf("on %s: %w", cfg.DynamoDBEndpoint, err)
-	}
-	if len(created) > 0 {
-		fmt.Fprintf(out, "Created DynamoDB tables on %s: %s\n", cfg.DynamoDBEndpoint, strings.Join(created, ", "))
-	}
-	log.Info("dynamodb tables ready", slog.String("endpoint", cfg.DynamoDBEndpoint),
-		slog.String("orgs", ds.Tables().Orgs), slog.Int("created", len(created)))
-	return nil
 }
 
 // newGateway wires the gateway the same way on Lambda and off it: the catalog, the store

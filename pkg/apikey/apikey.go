@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"math/big"
+	"strings"
 )
 
 const (
@@ -37,16 +38,7 @@ func New() (key, id string, hash [32]byte, err error) {
 
 // Valid reports whether s has the shape of a key. It says nothing of whether the key exists.
 func Valid(s string) bool {
-	if len(s) != Len || s[:len(prefix)] != prefix {
-		return false
-	}
-	for i := len(prefix); i < len(s); i++ {
-		c := s[i]
-		if !('0' <= c && c <= '9' || 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z') {
-			return false
-		}
-	}
-	return true
+	return len(s) == Len && strings.HasPrefix(s, prefix) && strings.Trim(s[len(prefix):], alphabet) == ""
 }
 
 // ID returns the display prefix of a valid key.

@@ -23,7 +23,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"github.com/aws/aws-lambda-go/events"
 )
@@ -106,7 +105,6 @@ func (s *Handler) serve(r *http.Request, buildErr error) (head, io.ReadCloser, e
 	}
 	pr, pw := io.Pipe()
 	w := &responseWriter{header: http.Header{}, body: pw, ready: make(chan head, 1)}
-	failed := make(chan error, 1)
 	go func() {
 		defer func() {
 			v := recover()
@@ -119,27 +117,27 @@ func (s *Handler) serve(r *http.Request, buildErr error) (head, io.ReadCloser, e
 			if v != http.ErrAbortHandler {
 				s.log.Error("handler panic", slog.String("error", err.Error()), slog.String("stack", string(debug.Stack())))
 			}
-			if !w.sent.Load() {
-				failed <- err // nothing was sent: the invocation fails as a whole
-				return
+			before := false // the panic came before the status: the invocation fails as a whole
+			w.once.Do(func() {
+				before = true
+				w.ready <- head{err: err}
+			})
+			if !before {
+				// The prelude is out; the runtime reports the error in the response's trailer.
+				_ = pw.CloseWithError(err)
 			}
-			// The prelude is out; the runtime reports the error in the response's trailer.
-			_ = pw.CloseWithError(err)
 		}()
 		h.ServeHTTP(w, r)
 	}()
-	select {
-	case hd := <-w.ready:
-		return hd, pr, nil
-	case err := <-failed:
-		return head{}, nil, err
-	}
+	hd := <-w.ready
+	return hd, pr, hd.err
 }
 
-// head is the status and headers a handler decided on.
+// head is the status and headers a handler decided on, or the panic that ended it before.
 type head struct {
 	status int
 	header http.Header
+	err    error
 }
 
 // responseWriter writes the body into a pipe that the runtime reads into its streamed POST to
@@ -149,8 +147,7 @@ type responseWriter struct {
 	header http.Header
 	body   *io.PipeWriter
 	ready  chan head
-	once   sync.Once
-	sent   atomic.Bool // the status went out: the handler has started its answer
+	once   sync.Once // sends the status or a failure on ready, whichever comes first
 }
 
 func (w *responseWriter) Header() http.Header { return w.header }
@@ -159,10 +156,7 @@ func (w *responseWriter) WriteHeader(status int) {
 	if status < 200 {
 		return // informational answers have no place in the prelude
 	}
-	w.once.Do(func() {
-		w.sent.Store(true)
-		w.ready <- head{status: status, header: w.header.Clone()}
-	})
+	w.once.Do(func() { w.ready <- head{status: status, header: w.header.Clone()} })
 }
 
 func (w *responseWriter) Write(p []byte) (int, error) {
@@ -173,11 +167,9 @@ func (w *responseWriter) Write(p []byte) (int, error) {
 	return w.body.Write(p)
 }
 
-// Flush has nothing to do: every Write has already been handed to the runtime.
+// Flush has nothing to do: every Write has already been handed to the runtime. It makes the
+// writer an http.Flusher, which http.ResponseController's Flush calls and reports as a success.
 func (w *responseWriter) Flush() {}
-
-// FlushError is what http.ResponseController calls.
-func (w *responseWriter) FlushError() error { return nil }
 
 // framingHeaders are decided by the function URL or API Gateway, not by the function: the
 // response is streamed, so a Content-Length from the handler would describe a framing that is

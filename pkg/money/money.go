@@ -7,6 +7,7 @@
 package money
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -67,7 +68,7 @@ func parse(s string, maxDecimals int) (Amount, error) {
 	if intPart == "" {
 		return 0, fmt.Errorf("amount %q: no digits before the decimal point", orig)
 	}
-	if !allDigits(intPart) || !allDigits(frac) {
+	if strings.Trim(intPart, digits) != "" || strings.Trim(frac, digits) != "" {
 		return 0, fmt.Errorf("amount %q: not a plain decimal number", orig)
 	}
 	if len(frac) > maxDecimals {
@@ -85,14 +86,8 @@ func parse(s string, maxDecimals int) (Amount, error) {
 	return a, nil
 }
 
-func allDigits(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return false
-		}
-	}
-	return true
-}
+// digits are the characters of a plain decimal number's parts.
+const digits = "0123456789"
 
 // String formats the amount in plain decimal notation with no trailing zeros: "0.000001155",
 // "10", "-3.5". It never uses an exponent.
@@ -112,17 +107,11 @@ func (a Amount) Append(dst []byte) []byte {
 	if frac == 0 {
 		return dst
 	}
-	var digits [Scale]byte
-	for i := Scale - 1; i >= 0; i-- {
-		digits[i] = byte('0' + frac%10)
-		frac /= 10
-	}
-	n := Scale
-	for n > 0 && digits[n-1] == '0' {
-		n--
-	}
+	// Dollar+frac is a 1 followed by frac's Scale digits, leading zeros included.
+	var digits [Scale + 1]byte
+	padded := strconv.AppendUint(digits[:0], uint64(Dollar)+frac, 10)
 	dst = append(dst, '.')
-	return append(dst, digits[:n]...)
+	return append(dst, bytes.TrimRight(padded[1:], "0")...)
 }
 
 // Fixed formats the amount with at least places decimal places ("10.00"), more when needed to

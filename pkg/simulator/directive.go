@@ -3,7 +3,6 @@ package simulator
 import (
 	"net/http"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,8 +31,17 @@ var (
 	functionName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 )
 
-// directiveNames are the directives there are.
-var directiveNames = []string{"delay_ms", "first_byte_ms", "tokens", "status", "drop_after", "cached", "tool_call", "reasoning", "stream_error"}
+// numericDirectives set the numeric directives there are (tool_call is the other one).
+var numericDirectives = map[string]func(d *directives, n int){
+	"delay_ms":      func(d *directives, n int) { d.delay = time.Duration(n) * time.Millisecond },
+	"first_byte_ms": func(d *directives, n int) { d.firstByte = time.Duration(n) * time.Millisecond },
+	"tokens":        func(d *directives, n int) { d.tokens = n },
+	"status":        func(d *directives, n int) { d.status = n },
+	"drop_after":    func(d *directives, n int) { d.dropAfter = n },
+	"cached":        func(d *directives, n int) { d.cached = n },
+	"reasoning":     func(d *directives, n int) { d.reasoning = n },
+	"stream_error":  func(d *directives, n int) { d.streamError = n },
+}
 
 // maxDirectiveValue bounds numeric values so that delays cannot overflow a time.Duration.
 const maxDirectiveValue = 1_000_000_000
@@ -55,36 +63,18 @@ func parseDirectives(text string) (directives, error) {
 			d.toolCall = value
 			continue
 		}
+		set, ok := numericDirectives[name]
+		if !ok {
+			return d, badRequest("Unknown simulator directive %q.", name)
+		}
 		n, err := strconv.Atoi(value)
 		if err != nil || n < 0 || n > maxDirectiveValue {
-			if !slices.Contains(directiveNames, name) {
-				return d, badRequest("Unknown simulator directive %q.", name)
-			}
 			return d, badRequest("Invalid simulator directive %s: the value must be an integer from 0 to %d.", m[0], maxDirectiveValue)
 		}
 		if (name == "status" || name == "stream_error") && (n < 400 || n > 599 || http.StatusText(n) == "") {
 			return d, badRequest("Invalid simulator directive %s: the status must be a known HTTP status from 400 to 599.", m[0])
 		}
-		switch name {
-		case "delay_ms":
-			d.delay = time.Duration(n) * time.Millisecond
-		case "first_byte_ms":
-			d.firstByte = time.Duration(n) * time.Millisecond
-		case "tokens":
-			d.tokens = n
-		case "status":
-			d.status = n
-		case "drop_after":
-			d.dropAfter = n
-		case "cached":
-			d.cached = n
-		case "reasoning":
-			d.reasoning = n
-		case "stream_error":
-			d.streamError = n
-		default:
-			return d, badRequest("Unknown simulator directive %q.", name)
-		}
+		set(&d, n)
 	}
 	return d, nil
 }

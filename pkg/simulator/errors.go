@@ -22,8 +22,8 @@ func writeRequestError(w http.ResponseWriter, s Software, err error) {
 
 // writePlain answers like vLLM's server does when a request fails inside the engine: a bare
 // status line text, no JSON.
-func writePlain(w http.ResponseWriter, status int, body string) {
-	writeBody(w, status, "text/plain; charset=utf-8", []byte(body))
+func writePlain(w http.ResponseWriter, status int) {
+	writeBody(w, status, "text/plain; charset=utf-8", []byte(http.StatusText(status)))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

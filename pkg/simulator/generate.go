@@ -134,7 +134,7 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request, seq
 		return
 	}
 	if req.requiredToolChoice && req.model.RejectRequiredToolChoice {
-		writePlain(w, http.StatusInternalServerError, http.StatusText(http.StatusInternalServerError))
+		writePlain(w, http.StatusInternalServerError)
 		return
 	}
 
@@ -178,7 +178,7 @@ func simulatedMessage(status int) string {
 // (vLLM's NotImplementedError), the plain status text its HTTP server sends for other 5xx.
 func writeStatus(w http.ResponseWriter, sw Software, status int) {
 	if status >= 500 && status != http.StatusNotImplemented {
-		writePlain(w, status, http.StatusText(status))
+		writePlain(w, status)
 		return
 	}
 	writeError(w, sw, status, simulatedMessage(status))
@@ -285,56 +285,41 @@ func (g *generation) stream(ctx context.Context, w http.ResponseWriter, fail *re
 	w.WriteHeader(http.StatusOK)
 	events := &eventWriter{w: w, rc: http.NewResponseController(w)}
 	a, d := g.answer, g.req.directives
-	sw := g.req.model.Server
-
-	endWith := func(fail *requestError) {
-		if events.write(sw.streamErrorEvent(fail)) == nil {
-			_ = events.done()
-		}
-	}
-	if fail != nil && a.count == 0 {
-		endWith(fail)
-		return
-	}
-	if !g.sendOpening(events) {
-		return
-	}
-	sent := 0
-	for k := range a.count {
-		if sleep(ctx, d.delay) != nil {
-			return
-		}
-		for i := range g.choices {
-			if sent == d.dropAfter {
-				abort()
-			}
-			last := k == a.count-1 && fail == nil && !g.separateFinish()
-			if events.send(g.pieceChunk(i, k, last)) != nil {
+	if fail == nil || a.count > 0 { // a failure before any output has no role chunk either
+		g.sendOpening(events)
+		sent := 0
+		for k := range a.count {
+			if events.err != nil || sleep(ctx, d.delay) != nil {
 				return
 			}
-			sent++
+			for i := range g.choices {
+				if sent == d.dropAfter {
+					abort()
+				}
+				events.send(g.pieceChunk(i, k, k == a.count-1 && fail == nil && !g.separateFinish()))
+				sent++
+			}
 		}
-	}
-	if d.dropAfter >= 0 {
-		abort()
+		if events.err != nil {
+			return
+		}
+		if d.dropAfter >= 0 {
+			abort()
+		}
 	}
 	if fail != nil {
-		endWith(fail)
-		return
-	}
-	if a.count == 0 || g.separateFinish() {
-		for i := range g.choices {
-			if events.send(g.finishChunk(i)) != nil {
-				return
+		events.write(g.req.model.Server.streamErrorEvent(fail))
+	} else {
+		if a.count == 0 || g.separateFinish() {
+			for i := range g.choices {
+				events.send(g.finishChunk(i))
 			}
 		}
-	}
-	if g.req.includeUsage {
-		if events.send(g.usageChunk()) != nil {
-			return
+		if g.req.includeUsage {
+			events.send(g.usageChunk())
 		}
 	}
-	_ = events.done()
+	events.write([]byte("[DONE]"))
 }
 
 // abort cuts the connection after what was flushed: no final chunk, no [DONE], no terminating
@@ -346,9 +331,9 @@ func abort() {
 // sendOpening sends what a chat stream sends before the first token of each choice: the assistant
 // role (with vLLM's continuous usage, the prompt alone) and, for a tool call, the call's id, type
 // and name with empty arguments.
-func (g *generation) sendOpening(events *eventWriter) bool {
+func (g *generation) sendOpening(events *eventWriter) {
 	if g.req.endpoint == endpointCompletions {
-		return true
+		return
 	}
 	empty := ""
 	for i := range g.choices {
@@ -356,22 +341,17 @@ func (g *generation) sendOpening(events *eventWriter) bool {
 		if !g.sglang {
 			u = g.running(i, 0)
 		}
-		if events.send(g.chatChunk(i, &chatDelta{Role: "assistant", Content: &empty}, nil, u)) != nil {
-			return false
-		}
+		events.send(g.chatChunk(i, &chatDelta{Role: "assistant", Content: &empty}, nil, u))
 		if a := g.answer; a.toolName != "" {
 			index := 0
-			if events.send(g.chatChunk(i, &chatDelta{ToolCalls: []toolCall{{
+			events.send(g.chatChunk(i, &chatDelta{ToolCalls: []toolCall{{
 				Index:    &index,
 				ID:       a.toolID,
 				Type:     "function",
 				Function: toolFunction{Name: a.toolName},
-			}}}, nil, u)) != nil {
-				return false
-			}
+			}}}, nil, u))
 		}
 	}
-	return true
 }
 
 // pieceChunk is token k of choice i; with last, it carries the finish reason too (vLLM).
@@ -416,20 +396,37 @@ func (g *generation) finishChunk(i int) any {
 	return g.chatChunk(i, delta, &finish, nil)
 }
 
+// usageChunk is the final usage chunk. SGLang writes its completions one without nulls
+// (exclude_none), as vLLM does.
 func (g *generation) usageChunk() any {
 	u := g.usage()
-	if g.req.endpoint == endpointCompletions {
-		return g.wrapText(envelope(g, "text_completion", []textChoice{}, u))
+	switch {
+	case g.req.endpoint == endpointCompletions:
+		return envelope(g, "text_completion", []textChoice{}, u)
+	case g.sglang:
+		return sglangEnvelope(g, "chat.completion.chunk", []sglangChatChoice{}, (*sglangUsage)(u))
 	}
-	return g.wrapChat(envelope(g, "chat.completion.chunk", []chatChoice{}, u))
+	return envelope(g, "chat.completion.chunk", []chatChoice{}, u)
 }
 
-func (g *generation) chatChunk(i int, delta *chatDelta, finish *string, u *usage) any {
-	return g.wrapChat(envelope(g, "chat.completion.chunk", []chatChoice{{Index: i, Delta: delta, FinishReason: finish}}, u))
+func (g *generation) chatChunk(i int, d *chatDelta, finish *string, u *usage) any {
+	if g.sglang {
+		delta := sglangDelta{Content: d.Content, ReasoningContent: d.ReasoningContent, ToolCalls: d.ToolCalls}
+		if d.Role != "" {
+			delta.Role = &d.Role
+		}
+		// The same usage, as SGLang writes it: a conversion, the two types differ only in their tags.
+		return sglangEnvelope(g, "chat.completion.chunk", []sglangChatChoice{{Index: i, Delta: delta, FinishReason: finish}}, (*sglangUsage)(u))
+	}
+	return envelope(g, "chat.completion.chunk", []chatChoice{{Index: i, Delta: d, FinishReason: finish}}, u)
 }
 
 func (g *generation) textChunk(i int, text string, finish *string, u *usage) any {
-	return g.wrapText(envelope(g, "text_completion", []textChoice{{Index: i, Text: text, FinishReason: finish}}, u))
+	c := textChoice{Index: i, Text: text, FinishReason: finish}
+	if g.sglang {
+		return sglangEnvelope(g, "text_completion", []sglangTextChoice{{textChoice: c}}, u)
+	}
+	return envelope(g, "text_completion", []textChoice{c}, u)
 }
 
 // envelope is a response or chunk of g with choices and usage u.
@@ -437,65 +434,31 @@ func envelope[C any](g *generation, object string, choices []C, u *usage) *compl
 	return &completion[C]{ID: g.id, Object: object, Created: g.created, Model: g.req.model.Name, Choices: choices, Usage: u}
 }
 
-// wrapChat and wrapText give SGLang's chunks their explicit nulls: pydantic's model_dump_json
+// sglangEnvelope is an SGLang chunk of g, with its explicit nulls: pydantic's model_dump_json
 // writes every field, "usage": null included.
-func (g *generation) wrapChat(c *chatCompletion) any {
-	if !g.sglang {
-		return c
-	}
-	choices := make([]sglangChatChoice, len(c.Choices))
-	for i, ch := range c.Choices {
-		d := ch.Delta
-		choices[i] = sglangChatChoice{Index: ch.Index, FinishReason: ch.FinishReason, Delta: sglangDelta{
-			Role: nullable(d.Role), Content: d.Content, ReasoningContent: d.ReasoningContent, ToolCalls: d.ToolCalls,
-		}}
-	}
-	// The same usage, as SGLang writes it: a conversion, the two types differ only in their tags.
-	u := (*sglangUsage)(c.Usage)
-	return &sglangChunk[sglangChatChoice, sglangUsage]{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: u}
+func sglangEnvelope[C, U any](g *generation, object string, choices []C, u *U) *sglangChunk[C, U] {
+	return &sglangChunk[C, U]{ID: g.id, Object: object, Created: g.created, Model: g.req.model.Name, Choices: choices, Usage: u}
 }
 
-// wrapText gives SGLang's completion chunks "usage": null and "matched_stop": null; its final
-// usage chunk is written without nulls (exclude_none), as vLLM writes it.
-func (g *generation) wrapText(c *textCompletion) any {
-	if !g.sglang || len(c.Choices) == 0 {
-		return c
-	}
-	choices := make([]sglangTextChoice, len(c.Choices))
-	for i, ch := range c.Choices {
-		choices[i] = sglangTextChoice{textChoice: ch}
-	}
-	return &sglangChunk[sglangTextChoice, usage]{ID: c.ID, Object: c.Object, Created: c.Created, Model: c.Model, Choices: choices, Usage: c.Usage}
-}
-
-func nullable(s string) *string {
-	if s == "" {
-		return nil
-	}
-	return &s
-}
-
-// eventWriter writes server-sent events and flushes each one.
+// eventWriter writes server-sent events and flushes each one. After a write fails it writes
+// nothing more and keeps the error, so that a stream checks for a gone client once per token.
 type eventWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w   http.ResponseWriter
+	rc  *http.ResponseController
+	err error
 }
 
-func (e *eventWriter) send(v any) error {
-	return e.write(marshal(v))
-}
-
-func (e *eventWriter) done() error {
-	return e.write([]byte("[DONE]"))
-}
-
-func (e *eventWriter) write(data []byte) error {
-	buf := make([]byte, 0, len(data)+8)
-	buf = append(buf, "data: "...)
-	buf = append(buf, data...)
-	buf = append(buf, "\n\n"...)
-	if _, err := e.w.Write(buf); err != nil {
-		return err
+func (e *eventWriter) send(v any) {
+	if e.err == nil {
+		e.write(marshal(v))
 	}
-	return e.rc.Flush()
+}
+
+func (e *eventWriter) write(data []byte) {
+	if e.err != nil {
+		return
+	}
+	if _, e.err = fmt.Fprintf(e.w, "data: %s\n\n", data); e.err == nil {
+		e.err = e.rc.Flush()
+	}
 }

@@ -20,6 +20,9 @@ const (
 
 var testNow = time.Unix(1710000000, 0)
 
+// Requests returns how many requests the two inference endpoints have received, valid or not.
+func (s *Server) Requests() int64 { return s.requests.Load() }
+
 // newTestServer serves a simulator over real HTTP, as vLLM unless a Software is given:
 // qwen3-32b with a 100-token context that refuses tool_choice "required", and gpt-oss-120b that
 // accepts it and reports cached tokens (the server's cache-report flag).

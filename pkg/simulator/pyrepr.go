@@ -43,12 +43,8 @@ func writeRepr(b *strings.Builder, dec *json.Decoder) error {
 		return err
 	}
 	switch v := tok.(type) {
-	case json.Delim:
-		open, end := "{", "}"
-		if v == '[' {
-			open, end = "[", "]"
-		}
-		b.WriteString(open)
+	case json.Delim: // Python writes dicts and lists between the same brackets
+		b.WriteString(v.String())
 		for i := 0; dec.More(); i++ {
 			if i > 0 {
 				b.WriteString(", ")
@@ -65,10 +61,11 @@ func writeRepr(b *strings.Builder, dec *json.Decoder) error {
 				return err
 			}
 		}
-		if _, err := dec.Token(); err != nil {
+		end, err := dec.Token()
+		if err != nil {
 			return err
 		}
-		b.WriteString(end)
+		b.WriteString(end.(json.Delim).String())
 	case string:
 		b.WriteString(pyString(v))
 	case bool:

@@ -34,7 +34,7 @@ type Server struct {
 	models   map[string]Model
 	names    []string // in Config order, for /v1/models
 	now      func() time.Time
-	requests atomic.Int64
+	requests atomic.Int64 // inference requests received, valid or not: each one's sequence number
 	active   atomic.Int64
 }
 
@@ -56,9 +56,6 @@ func New(cfg Config) *Server {
 	}
 	return s
 }
-
-// Requests returns how many requests the two inference endpoints have received, valid or not.
-func (s *Server) Requests() int64 { return s.requests.Load() }
 
 // Active returns how many inference requests are being served right now, streams included. It
 // drops as soon as a request ends, including when its client went away mid-stream.

@@ -4,8 +4,8 @@ package simulator
 // (CreateChatCompletionResponse, CreateChatCompletionStreamResponse, CreateCompletionResponse):
 // a chat message always carries content and refusal, a choice always carries logprobs, as null.
 
-// completion is a response or stream chunk of either endpoint, by its choices: chatCompletion
-// ("chat.completion", "chat.completion.chunk") or textCompletion ("text_completion" for both).
+// completion is a response or stream chunk of either endpoint, by its choices: chatChoice
+// ("chat.completion", "chat.completion.chunk") or textChoice ("text_completion" for both).
 type completion[C any] struct {
 	ID      string `json:"id"`
 	Object  string `json:"object"`
@@ -14,11 +14,6 @@ type completion[C any] struct {
 	Choices []C    `json:"choices"`
 	Usage   *usage `json:"usage,omitempty"`
 }
-
-type (
-	chatCompletion = completion[chatChoice]
-	textCompletion = completion[textChoice]
-)
 
 // chatChoice carries Message in a response and Delta in a chunk.
 type chatChoice struct {
