@@ -179,11 +179,16 @@ func read[V time.Duration | int64](w watch, f func(pid int) (V, error)) map[stri
 	return m
 }
 
-// since is what each process in w used since before (CPU, or system calls).
+// since is what each process in w used since before (CPU, or system calls); a process read only
+// once is left out, not counted from its start.
 func since[V time.Duration | int64](w watch, f func(pid int) (V, error), before map[string]V) map[string]V {
 	m := read(w, f)
 	for k := range m {
-		m[k] -= before[k]
+		if b, ok := before[k]; ok {
+			m[k] -= b
+		} else {
+			delete(m, k)
+		}
 	}
 	return m
 }
@@ -195,6 +200,11 @@ func (p *phase) account(w watch, window func()) {
 	sw0, cpu0, sys0 := read(w, contextSwitches), read(w, processCPU), read(w, syscalls)
 	window()
 	p.cpu, p.syscalls, p.switches = since(w, processCPU, cpu0), since(w, syscalls, sys0), since(w, contextSwitches, sw0)
+	for name := range w {
+		if _, ok := p.cpu[name]; !ok {
+			p.firstErr = cmp.Or(p.firstErr, fmt.Errorf("%s: its CPU clock could not be read around the phase", name))
+		}
+	}
 }
 
 // add records one request: its timings, or its error.
