@@ -84,8 +84,8 @@ func (x *exchange) fail(err error) {
 }
 
 // forward sends the request to a backend (step 8) and relays the answer. It returns the error
-// to answer with when the backend gave no answer to relay; nil when the client has its answer,
-// or has left.
+// to answer with when the backend gave no answer to relay, or when a whole answer could not be
+// settled in time; nil when the client has its answer, or has left.
 func (x *exchange) forward(ctx context.Context) error {
 	x.event.Status = usage.StatusUpstreamError
 	if dl, ok := ctx.Deadline(); ok {
@@ -106,11 +106,9 @@ func (x *exchange) forward(ctx context.Context) error {
 		return err
 	}
 	if x.req.stream {
-		x.relay(ctx, resp)
-	} else {
-		x.respond(ctx, resp)
+		return x.relay(ctx, resp)
 	}
-	return nil
+	return x.respond(ctx, resp)
 }
 
 // unanswered is the error of a backend call that got no response headers; nil for a client

@@ -93,28 +93,28 @@ func (s *stream) close() {
 // relay streams a backend's server-sent events to the client, event by event: per-chunk usage
 // removed, the usage chunk given its cost (or dropped when the client did not ask for it), the
 // public model id restored. A stream that breaks after the first byte ends with an error event
-// and no [DONE]; what was generated is billed.
-func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
-	s := x.openStream(ctx, resp)
-	if s == nil {
-		return
+// and no [DONE]; what was generated is billed. It returns the error to answer with when the
+// backend did not stream.
+func (x *exchange) relay(ctx context.Context, resp *upstream.Response) error {
+	s, err := x.openStream(ctx, resp)
+	if err != nil {
+		return err
 	}
 	defer s.close()
 	r := newRelayState(x, resp)
 	defer r.release()
 	r.pump(s)
 	x.closeStream(ctx, resp, s, r)
+	return nil
 }
 
 // openStream checks that the backend streams, sends the client the status and headers, and
-// returns the stream to write events to; nil when the backend did not stream (the client then has
-// a 502).
-func (x *exchange) openStream(ctx context.Context, resp *upstream.Response) *stream {
+// returns the stream to write events to; the 502 to answer with when the backend did not stream.
+func (x *exchange) openStream(ctx context.Context, resp *upstream.Response) (*stream, error) {
 	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "text/event-stream" {
 		resp.Failed()
-		x.badBackendBody(ctx, "the model backend did not stream its answer.", errors.New("content type "+ct))
-		return nil
+		return nil, x.badBackendBody(ctx, "the model backend did not stream its answer.", errors.New("content type "+ct))
 	}
 	x.meter.billable = true // the stream starts: what is generated from here on is billed
 	h := x.w.Header()
@@ -125,7 +125,7 @@ func (x *exchange) openStream(ctx context.Context, resp *upstream.Response) *str
 	x.event.HTTPStatus = http.StatusOK
 	s := newStream(x.w, x.g.opt.Keepalive)
 	s.flush() // the client learns the status now, before the first token
-	return s
+	return s, nil
 }
 
 // pump relays events until the stream ends: with r.done set when the backend sent [DONE],
