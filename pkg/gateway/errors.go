@@ -206,6 +206,12 @@ func errDeadline(tooShort bool) *apiError {
 		Message: msg}}
 }
 
+// errRefused is the client's error for a request the backend refused (a 501, "not implemented",
+// included): a 400 with the backend's message, cleaned (msg), its param and no code.
+func errRefused(msg, param string) *apiError {
+	return &apiError{status: http.StatusBadRequest, body: openai.Error{Message: msg, Type: openai.TypeInvalidRequest, Param: clip(param, quoteLen)}}
+}
+
 // quoteLen is how much of a client's string, in bytes, an error message quotes (contract section
 // 4): enough to recognise it, never enough to make an answer or a log line large.
 const quoteLen = 64

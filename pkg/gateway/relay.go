@@ -210,9 +210,8 @@ func (x *exchange) closeStream(ctx context.Context, resp *upstream.Response, s *
 		// what it generated before refusing is billed.
 		be := *r.refusal
 		x.meter.billable = x.meter.produced()
-		x.refused(ctx, resp, be)
 		x.event.HTTPStatus = http.StatusBadRequest
-		x.finish(s, errorEventData(x.refusal(resp, be)))
+		x.finish(s, errorEventData(x.refused(ctx, resp, be)))
 	default:
 		err := errStreamBroke
 		x.event.Status = usage.StatusUpstreamError
