@@ -36,9 +36,9 @@ var lenient = json.JoinOptions(jsontext.AllowInvalidUTF8(true), jsontext.AllowDu
 // are skipped.
 func Decode(raw []byte, v any) error { return explain(json.Unmarshal(raw, v, strict)) }
 
-// DecodeLast is Decode for a server's text, which ParseObject has checked: of a name written
-// twice in a nested object, the last counts (a wire type whose struct would merge the two says
-// how it reads them). It is also the cheaper read of a client's text that ParseRequest has
+// DecodeLast is Decode for a server's text (an answer, a chunk, an error body): of a name written
+// twice, the last counts, as the client's JSON parser reads it (a wire type whose struct would
+// merge the two says how it reads them). It is also the cheaper read of a client's text that ParseRequest has
 // already checked, which repeats no name.
 func DecodeLast(raw []byte, v any) error { return explain(json.Unmarshal(raw, v, lenient)) }
 
