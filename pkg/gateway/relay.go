@@ -18,7 +18,8 @@ import (
 )
 
 // stream writes events to the client and keeps the connection alive while the backend is
-// silent. Writes from the relay loop and from the keepalive timer are serialised by mu.
+// silent, on the gateway's clock. Writes from the relay loop and from the keepalive timer are
+// serialised by mu.
 type stream struct {
 	w         http.ResponseWriter
 	rc        *http.ResponseController
@@ -26,12 +27,12 @@ type stream struct {
 	mu        sync.Mutex
 	closed    bool
 	failed    bool // a write to the client failed: it is gone
-	keepalive *time.Timer
+	keepalive Timer
 }
 
-func newStream(w http.ResponseWriter, every time.Duration) *stream {
+func newStream(w http.ResponseWriter, clock Clock, every time.Duration) *stream {
 	s := &stream{w: w, rc: http.NewResponseController(w), every: every}
-	s.keepalive = time.AfterFunc(every, s.ping)
+	s.keepalive = clock.AfterFunc(every, s.ping)
 	return s
 }
 
@@ -123,7 +124,7 @@ func (x *exchange) openStream(ctx context.Context, resp *upstream.Response) (*st
 	h.Set("X-Accel-Buffering", "no")
 	x.w.WriteHeader(http.StatusOK)
 	x.event.HTTPStatus = http.StatusOK
-	s := newStream(x.w, x.g.opt.Keepalive)
+	s := newStream(x.w, x.g.opt.Clock, x.g.opt.Keepalive)
 	s.flush() // the client learns the status now, before the first token
 	return s, nil
 }
