@@ -94,6 +94,7 @@ func (x *exchange) forward(ctx context.Context) error {
 		defer cancel()
 	}
 	resp, err := x.g.opt.Upstream.Do(ctx, upstream.Call{Model: x.req.model, Path: x.ep.path, Body: x.req.forward, OrgID: x.admitted.OrgID})
+	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
 	if x.req.stream {
 		x.meter.n, x.meter.prompts = x.req.choices()
 	}
@@ -113,7 +114,6 @@ func (x *exchange) forward(ctx context.Context) error {
 // unanswered is the error of a backend call that got no response headers; nil for a client
 // that left.
 func (x *exchange) unanswered(ctx context.Context, err error) error {
-	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
 	var ue *upstream.Error
 	if errors.As(err, &ue) {
 		x.event.Backend = ue.Backend // the backend called, also when the client left meanwhile

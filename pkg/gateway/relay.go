@@ -112,7 +112,6 @@ func (x *exchange) relay(ctx context.Context, resp *upstream.Response) error {
 // openStream checks that the backend streams, sends the client the status and headers, and
 // returns the stream to write events to; the 502 to answer with when the backend did not stream.
 func (x *exchange) openStream(ctx context.Context, resp *upstream.Response) (*stream, error) {
-	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "text/event-stream" {
 		resp.Failed()
 		return nil, x.badBackendBody(ctx, "the model backend did not stream its answer.", errors.New("content type "+ct))

@@ -26,7 +26,6 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) error {
 	defer putAnswerBuffers(in, out)
 	_, err := in.ReadFrom(io.LimitReader(resp.Body, maxResponseBody+1))
 	raw := in.Bytes()
-	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
 	if err != nil {
 		if x.requestCtxDone() {
 			x.meter.billable = true // the backend worked for a client that left: bill the prompt, estimated
