@@ -520,3 +520,27 @@ func TestPromptEstimateCountsBesideHugeNumbers(t *testing.T) {
 		}
 	}
 }
+
+// TestParseBackendErrorNameTwice reads a backend's error body that writes a name twice as any
+// other server text is read (openai.DecodeLast): the last one counts, nested or not, rather than
+// the body falling back to the first "message" its bytes hold.
+func TestParseBackendErrorNameTwice(t *testing.T) {
+	for _, tc := range []struct {
+		name, raw string
+		want      backendError
+	}{
+		{name: "nested in vLLM's error", raw: `{"error":{"message":"first","message":"last","param":"n","code":400}}`,
+			want: backendError{status: 400, message: "last", param: "n"}},
+		{name: "SGLang's flat body", raw: `{"object":"error","message":"first","code":422,"message":"last"}`,
+			want: backendError{status: 422, message: "last"}},
+		{name: "in FastAPI's detail list", raw: `{"detail":[{"loc":["body","n"],"msg":"first","msg":"last"}]}`,
+			want: backendError{message: "n: last"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			be, ok := parseBackendError([]byte(tc.raw))
+			if !ok || be != tc.want {
+				t.Errorf("parseBackendError = %+v, %v; want %+v", be, ok, tc.want)
+			}
+		})
+	}
+}

@@ -206,6 +206,12 @@ func errDeadline(tooShort bool) *apiError {
 		Message: msg}}
 }
 
+// errRefused is the client's error for a request the backend refused (a 501, "not implemented",
+// included): a 400 with the backend's message, cleaned (msg), its param and no code.
+func errRefused(msg, param string) *apiError {
+	return &apiError{status: http.StatusBadRequest, body: openai.Error{Message: msg, Type: openai.TypeInvalidRequest, Param: clip(param, quoteLen)}}
+}
+
 // quoteLen is how much of a client's string, in bytes, an error message quotes (contract section
 // 4): enough to recognise it, never enough to make an answer or a log line large.
 const quoteLen = 64
@@ -258,10 +264,11 @@ func engineFailure(msg string) bool {
 // "code":400}}, SGLang's flat {"object":"error","message","type","param","code":400} (inside
 // {"error": ...} in its streams), OpenAI's {"error":{...,"code":"a_string"}} and FastAPI's
 // {"detail": ...}. A body cut short (over the read limit) still yields its message, as far as
-// it goes. ok is false when raw holds none of these.
+// it goes. It is a server's text, read as any other (openai.DecodeLast): of a name written twice,
+// the last counts. ok is false when raw holds none of these.
 func parseBackendError(raw []byte) (be backendError, ok bool) {
 	var resp openai.ErrorResponse
-	if err := openai.Decode(raw, &resp); err != nil {
+	if err := openai.DecodeLast(raw, &resp); err != nil {
 		if m, ok := messagePrefix(raw); ok {
 			return backendError{message: m}, true
 		}
@@ -269,7 +276,7 @@ func parseBackendError(raw []byte) (be backendError, ok bool) {
 	}
 	body := resp.ErrorBody
 	if resp.Error.Kind() == '{' {
-		if body = (openai.ErrorBody{}); openai.Decode(resp.Error, &body) != nil {
+		if body = (openai.ErrorBody{}); openai.DecodeLast(resp.Error, &body) != nil {
 			return backendError{}, false // not reached: the whole text was read
 		}
 	}
@@ -295,7 +302,7 @@ func detailMessage(v jsontext.Value) string {
 		Loc []any  `json:"loc"`
 		Msg string `json:"msg"`
 	}
-	if openai.Decode(v, &errs) != nil {
+	if openai.DecodeLast(v, &errs) != nil {
 		return ""
 	}
 	parts := make([]string, 0, len(errs))

@@ -41,7 +41,7 @@ func FuzzCheck(f *testing.F) {
 		if !json.Valid(body) {
 			t.Fatalf("invalid JSON accepted: %q", body)
 		}
-		in, err := openai.ParseObject(nil, body)
+		in, err := openai.ParseRequest(nil, body)
 		if err != nil {
 			t.Fatalf("accepted body does not parse: %v", err)
 		}
@@ -60,7 +60,7 @@ func checkForwarded(t *testing.T, req *request, b catalog.Backend, body []byte, 
 	if !json.Valid(out) {
 		t.Fatalf("backend %s: forwarded body is not valid JSON:\n%q\nfrom\n%q", b.Name, out, body)
 	}
-	fields, err := openai.ParseObject(nil, out)
+	fields, err := openai.ParseRequest(nil, out)
 	if err != nil {
 		t.Fatalf("backend %s: forwarded body: %v\n%q", b.Name, err, out)
 	}
@@ -114,7 +114,7 @@ func checkForwarded(t *testing.T, req *request, b catalog.Backend, body []byte, 
 		t.Fatalf("backend %s: streaming request forwarded without stream_options: %q", b.Name, out)
 	}
 	ov := of.Value(out)
-	ofs, err := openai.ParseObject(nil, ov)
+	ofs, err := openai.ParseRequest(nil, ov)
 	if err != nil {
 		t.Fatalf("backend %s: forwarded stream_options %q: %v", b.Name, ov, err)
 	}
@@ -126,7 +126,7 @@ func checkForwarded(t *testing.T, req *request, b catalog.Backend, body []byte, 
 		t.Fatalf("backend %s: continuous_usage_stats not forced on: %q", b.Name, ov)
 	}
 	if req.options != nil {
-		cofs, _ := openai.ParseObject(nil, req.options)
+		cofs, _ := openai.ParseRequest(nil, req.options)
 		for _, cof := range cofs {
 			k := cof.Key(req.options)
 			if k == "include_usage" || (k == "continuous_usage_stats" && b.ContinuousUsage) {

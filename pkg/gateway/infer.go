@@ -11,7 +11,6 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
-	"github.com/neocloud/kiln/pkg/openai"
 	"github.com/neocloud/kiln/pkg/upstream"
 	"github.com/neocloud/kiln/pkg/usage"
 )
@@ -84,8 +83,8 @@ func (x *exchange) fail(err error) {
 }
 
 // forward sends the request to a backend (step 8) and relays the answer. It returns the error
-// to answer with when the backend gave no answer to relay; nil when the client has its answer,
-// or has left.
+// to answer with when the backend gave no answer to relay, or when a whole answer could not be
+// settled in time; nil when the client has its answer, or has left.
 func (x *exchange) forward(ctx context.Context) error {
 	x.event.Status = usage.StatusUpstreamError
 	if dl, ok := ctx.Deadline(); ok {
@@ -95,6 +94,7 @@ func (x *exchange) forward(ctx context.Context) error {
 		defer cancel()
 	}
 	resp, err := x.g.opt.Upstream.Do(ctx, upstream.Call{Model: x.req.model, Path: x.ep.path, Body: x.req.forward, OrgID: x.admitted.OrgID})
+	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
 	if x.req.stream {
 		x.meter.n, x.meter.prompts = x.req.choices()
 	}
@@ -106,17 +106,14 @@ func (x *exchange) forward(ctx context.Context) error {
 		return err
 	}
 	if x.req.stream {
-		x.relay(ctx, resp)
-	} else {
-		x.respond(ctx, resp)
+		return x.relay(ctx, resp)
 	}
-	return nil
+	return x.respond(ctx, resp)
 }
 
 // unanswered is the error of a backend call that got no response headers; nil for a client
 // that left.
 func (x *exchange) unanswered(ctx context.Context, err error) error {
-	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
 	var ue *upstream.Error
 	if errors.As(err, &ue) {
 		x.event.Backend = ue.Backend // the backend called, also when the client left meanwhile
@@ -178,8 +175,7 @@ func (x *exchange) answered(ctx context.Context, resp *upstream.Response) error 
 			x.g.log.LogAttrs(ctx, slog.LevelWarn, "backend engine failed", slog.String("generation_id", x.admitted.GenerationID), slog.String("backend", x.event.Backend), slog.Int("backend_status", s), slog.String("backend_message", logged))
 			return errBackendFailed
 		}
-		x.refused(ctx, resp, be)
-		return x.refusal(resp, be)
+		return x.refused(ctx, resp, be)
 	case s == http.StatusTooManyRequests:
 		return errUnavailable(x.req.model.ID)
 	default:
@@ -192,23 +188,17 @@ func (x *exchange) answered(ctx context.Context, resp *upstream.Response) error 
 // messages, so a body can be as large as the request; its message is read as far as it goes.
 const maxErrorBody = 64 << 10
 
-// refused records that the backend refused the request as the request's own fault, and logs the
-// backend's message in full, without the request's content. The request is "rejected", as one the
-// gateway refuses itself: the backend did what it should, and nothing was generated (what was, on
-// a stream, is billed as usual).
-func (x *exchange) refused(ctx context.Context, resp *upstream.Response, be backendError) {
+// refused records that the backend refused the request as the request's own fault, logs the
+// backend's message in full, without the request's content, and returns the client's error. The
+// request is "rejected", as one the gateway refuses itself: the backend did what it should, and
+// nothing was generated (what was, on a stream, is billed as usual).
+func (x *exchange) refused(ctx context.Context, resp *upstream.Response, be backendError) *apiError {
 	x.event.Status = usage.StatusRejected
-	_, logged := x.backendMessage(resp, be.message)
+	msg, logged := x.backendMessage(resp, be.message)
 	x.g.log.LogAttrs(ctx, slog.LevelInfo, "backend refused the request",
 		slog.String("generation_id", x.admitted.GenerationID), slog.String("backend", x.event.Backend),
 		slog.Int("backend_status", be.status), slog.String("param", be.param), slog.String("backend_message", logged))
-}
-
-// refusal is the client's error for a request the backend refused (a 501, "not implemented",
-// included): a 400 with the backend's message, cleaned, its param and no code.
-func (x *exchange) refusal(resp *upstream.Response, be backendError) *apiError {
-	msg, _ := x.backendMessage(resp, be.message)
-	return &apiError{status: http.StatusBadRequest, body: openai.Error{Message: msg, Type: openai.TypeInvalidRequest, Param: clip(be.param, quoteLen)}}
+	return errRefused(msg, be.param)
 }
 
 // backendMessage cleans a backend's message for the client (and for the log) of this exchange:

@@ -18,7 +18,8 @@ import (
 )
 
 // stream writes events to the client and keeps the connection alive while the backend is
-// silent. Writes from the relay loop and from the keepalive timer are serialised by mu.
+// silent, on the gateway's clock. Writes from the relay loop and from the keepalive timer are
+// serialised by mu.
 type stream struct {
 	w         http.ResponseWriter
 	rc        *http.ResponseController
@@ -26,12 +27,12 @@ type stream struct {
 	mu        sync.Mutex
 	closed    bool
 	failed    bool // a write to the client failed: it is gone
-	keepalive *time.Timer
+	keepalive Timer
 }
 
-func newStream(w http.ResponseWriter, every time.Duration) *stream {
+func newStream(w http.ResponseWriter, clock Clock, every time.Duration) *stream {
 	s := &stream{w: w, rc: http.NewResponseController(w), every: every}
-	s.keepalive = time.AfterFunc(every, s.ping)
+	s.keepalive = clock.AfterFunc(every, s.ping)
 	return s
 }
 
@@ -93,28 +94,27 @@ func (s *stream) close() {
 // relay streams a backend's server-sent events to the client, event by event: per-chunk usage
 // removed, the usage chunk given its cost (or dropped when the client did not ask for it), the
 // public model id restored. A stream that breaks after the first byte ends with an error event
-// and no [DONE]; what was generated is billed.
-func (x *exchange) relay(ctx context.Context, resp *upstream.Response) {
-	s := x.openStream(ctx, resp)
-	if s == nil {
-		return
+// and no [DONE]; what was generated is billed. It returns the error to answer with when the
+// backend did not stream.
+func (x *exchange) relay(ctx context.Context, resp *upstream.Response) error {
+	s, err := x.openStream(ctx, resp)
+	if err != nil {
+		return err
 	}
 	defer s.close()
 	r := newRelayState(x, resp)
 	defer r.release()
 	r.pump(s)
 	x.closeStream(ctx, resp, s, r)
+	return nil
 }
 
 // openStream checks that the backend streams, sends the client the status and headers, and
-// returns the stream to write events to; nil when the backend did not stream (the client then has
-// a 502).
-func (x *exchange) openStream(ctx context.Context, resp *upstream.Response) *stream {
-	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
+// returns the stream to write events to; the 502 to answer with when the backend did not stream.
+func (x *exchange) openStream(ctx context.Context, resp *upstream.Response) (*stream, error) {
 	if ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); ct != "text/event-stream" {
 		resp.Failed()
-		x.badBackendBody(ctx, "the model backend did not stream its answer.", errors.New("content type "+ct))
-		return nil
+		return nil, x.badBackendBody(ctx, "the model backend did not stream its answer.", errors.New("content type "+ct))
 	}
 	x.meter.billable = true // the stream starts: what is generated from here on is billed
 	h := x.w.Header()
@@ -123,9 +123,9 @@ func (x *exchange) openStream(ctx context.Context, resp *upstream.Response) *str
 	h.Set("X-Accel-Buffering", "no")
 	x.w.WriteHeader(http.StatusOK)
 	x.event.HTTPStatus = http.StatusOK
-	s := newStream(x.w, x.g.opt.Keepalive)
+	s := newStream(x.w, x.g.opt.Clock, x.g.opt.Keepalive)
 	s.flush() // the client learns the status now, before the first token
-	return s
+	return s, nil
 }
 
 // pump relays events until the stream ends: with r.done set when the backend sent [DONE],
@@ -210,9 +210,8 @@ func (x *exchange) closeStream(ctx context.Context, resp *upstream.Response, s *
 		// what it generated before refusing is billed.
 		be := *r.refusal
 		x.meter.billable = x.meter.produced()
-		x.refused(ctx, resp, be)
 		x.event.HTTPStatus = http.StatusBadRequest
-		x.finish(s, errorEventData(x.refusal(resp, be)))
+		x.finish(s, errorEventData(x.refused(ctx, resp, be)))
 	default:
 		err := errStreamBroke
 		x.event.Status = usage.StatusUpstreamError

@@ -232,7 +232,7 @@ func TestRelayWaitsWithoutChunkBuffers(t *testing.T) {
 	r := &relayState{x: x, dec: openai.NewDecoder(body), rename: true, modelJSON: []byte(`"qwen3-32b"`)}
 	body.r = r
 	rec := httptest.NewRecorder()
-	s := newStream(rec, time.Minute)
+	s := newStream(rec, systemClock{}, time.Minute)
 	defer s.close()
 	r.pump(s)
 	if !r.done || r.err != nil {

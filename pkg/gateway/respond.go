@@ -19,40 +19,36 @@ import (
 const maxResponseBody = 64 << 20
 
 // respond relays a non-streamed answer: the backend's body with usage.cost added and the public
-// model id restored.
-func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
+// model id restored. It returns the error to answer with when there is no answer to relay, or
+// when its settlement did not commit in time; nil when the client has its answer, or has left.
+func (x *exchange) respond(ctx context.Context, resp *upstream.Response) error {
 	in, out := answerBuffers.Get().(*bytes.Buffer), answerBuffers.Get().(*bytes.Buffer)
 	defer putAnswerBuffers(in, out)
 	_, err := in.ReadFrom(io.LimitReader(resp.Body, maxResponseBody+1))
 	raw := in.Bytes()
-	x.meter.promptEstimate = func() int64 { return estimatePromptTokens(x.ep.chat, x.req.body) }
 	if err != nil {
 		if x.requestCtxDone() {
 			x.meter.billable = true // the backend worked for a client that left: bill the prompt, estimated
 			x.event.Status = usage.StatusClientDisconnected
 			x.event.HTTPStatus = 499
-			return
+			return nil
 		}
 		if slotLost(ctx) {
 			x.event.Status = usage.StatusSlotLost
-			x.fail(errSlotLost) // nothing was delivered: nothing is billed
-			return
+			return errSlotLost // nothing was delivered: nothing is billed
 		}
 		resp.Failed()
-		x.badBackendBody(ctx, "the model backend failed while sending its answer.", err)
-		return
+		return x.badBackendBody(ctx, "the model backend failed while sending its answer.", err)
 	}
 	if len(raw) > maxResponseBody {
-		x.badBackendBody(ctx, "the model backend's answer was too large.", errors.New("response over limit"))
-		return
+		return x.badBackendBody(ctx, "the model backend's answer was too large.", errors.New("response over limit"))
 	}
 	var buf [16]openai.Field // room for an answer's members without allocating
 	var completion openai.ChatCompletion
 	fields, err := openai.ParseCompletion(buf[:0], raw, &completion)
 	if err != nil {
 		resp.Failed()
-		x.badBackendBody(ctx, "the model backend sent an invalid answer.", err)
-		return
+		return x.badBackendBody(ctx, "the model backend sent an invalid answer.", err)
 	}
 	// A usable answer: from here on it is billed, even if the client leaves before reading it.
 	x.meter.billable = true
@@ -86,7 +82,7 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 	x.event.TTFTMillis = max(1, x.g.opt.Clock.Now().Sub(x.admitted.StartedAt).Milliseconds())
 	if !x.conclude() {
 		x.withhold()
-		return
+		return errStoreDown
 	}
 	h := x.w.Header()
 	h.Set("Content-Type", "application/json")
@@ -94,11 +90,12 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) {
 	x.w.WriteHeader(http.StatusOK)
 	if _, err := x.w.Write(answer); err != nil {
 		x.event.Status = usage.StatusClientDisconnected
-		return
+		return nil
 	}
 	// Hand the answer to the client now rather than when the handler returns: the request's
 	// log line and its event's publication, which come after this, are none of its waiting.
 	_ = http.NewResponseController(x.w).Flush()
+	return nil
 }
 
 // answerBuffers hold a non-streamed answer as the backend sent it and as the client gets it,
@@ -116,16 +113,15 @@ func putAnswerBuffers(bufs ...*bytes.Buffer) {
 	}
 }
 
-// badBackendBody answers with the plain-text 502 of a backend answer that cannot be relayed (for
-// reason, logged with err), or with the deadline's error when the request's deadline cut it.
-func (x *exchange) badBackendBody(ctx context.Context, reason string, err error) {
+// badBackendBody is the plain-text 502 of a backend answer that cannot be relayed (for reason,
+// logged with err), or the deadline's error when the request's deadline cut it.
+func (x *exchange) badBackendBody(ctx context.Context, reason string, err error) error {
 	if derr := x.deadlineError(ctx); derr != nil {
-		x.fail(derr)
-		return
+		return derr
 	}
 	x.g.log.LogAttrs(ctx, slog.LevelWarn, "bad backend answer", slog.String("generation_id", x.admitted.GenerationID), slog.String("backend", x.event.Backend), slog.String("error", err.Error()))
 	x.event.Status = usage.StatusUpstreamError
-	x.fail(errBadGateway(reason))
+	return errBadGateway(reason)
 }
 
 // firstFinishReason reads choices[0].finish_reason, "" when absent or null.

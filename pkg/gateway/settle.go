@@ -44,8 +44,8 @@ func (x *exchange) conclude() bool {
 }
 
 // withhold records that the answer was not given: its settlement did not commit in time, and an
-// answer is never complete without its debit. The client gets 503 instead and the request is
-// billed nothing; its settlement is retried as such.
+// answer is never complete without its debit. The client gets errStoreDown's 503 instead (the
+// caller returns it) and the request is billed nothing; its settlement is retried as such.
 func (x *exchange) withhold() {
 	x.outcome.withheld = true
 	ev := &x.outcome.st.Event
@@ -53,7 +53,6 @@ func (x *exchange) withhold() {
 	ev.HTTPStatus = errStoreDown.status
 	ev.PromptTokens, ev.CachedTokens, ev.CompletionTokens = 0, 0, 0
 	ev.Cost, ev.Estimated = 0, false
-	writeError(x.w, errStoreDown)
 }
 
 // settlement stops the lease's renewal and fence and builds the request's usage event: the event

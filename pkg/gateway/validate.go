@@ -270,7 +270,7 @@ func (req *request) forward(b catalog.Backend) []byte {
 			opts = append(opts, openai.Edit{Key: "continuous_usage_stats", Value: []byte("true")})
 		}
 		so := []byte("{}")
-		ofs, _ := openai.ParseObject(nil, req.options) // nil options: none, and an empty object to fill
+		ofs, _ := openai.ParseRequest(nil, req.options) // nil options: none, and an empty object to fill
 		if req.options != nil {
 			so = req.options
 		}

@@ -121,9 +121,9 @@ func stdChoices(raw json.RawMessage) (choices []ChunkChoice, ok bool) {
 
 func FuzzParseObject(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		fields, err := ParseObject(nil, raw)
+		fields, err := parseObject(nil, raw)
 		valid := json.Valid(raw)
-		// ParseRequest is ParseObject that refuses a repeated key in nested objects too.
+		// ParseRequest is parseObject that refuses a repeated key in nested objects too.
 		reqFields, reqErr := ParseRequest(nil, raw)
 		if valid {
 			_, dup, anyDup, depth, isObject := stdObject(t, raw)
@@ -134,7 +134,7 @@ func FuzzParseObject(f *testing.F) {
 			case !anyDup && reqErr != nil:
 				t.Fatalf("ParseRequest refused %q: %v", raw, reqErr)
 			case !anyDup && len(reqFields) != len(fields):
-				t.Fatalf("ParseRequest found %d members, ParseObject %d", len(reqFields), len(fields))
+				t.Fatalf("ParseRequest found %d members, parseObject %d", len(reqFields), len(fields))
 			case dup && !anyDup:
 				t.Fatalf("a top-level repeat is a repeat")
 			}
@@ -170,7 +170,7 @@ func FuzzParseObject(f *testing.F) {
 		}
 		var m map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &m); err != nil {
-			t.Fatalf("encoding/json cannot decode what ParseObject accepted: %v", err)
+			t.Fatalf("encoding/json cannot decode what parseObject accepted: %v", err)
 		}
 		if len(m) != len(fields) {
 			t.Fatalf("%d fields, encoding/json sees %d keys", len(fields), len(m))

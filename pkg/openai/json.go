@@ -14,7 +14,7 @@ import (
 )
 
 // This file is the package's JSON facade over github.com/go-json-experiment/json: Decode and
-// DecodeLast read a text into the wire types, ParseRequest, ParseObject and ParseChunk locate an
+// DecodeLast read a text into the wire types, ParseRequest, ParseChunk and ParseCompletion locate an
 // object's members in its bytes, and Rewrite edits them in place. A client's body is read
 // strictly: a name written twice in any object at any depth is refused (RFC 7493), so that the
 // gateway and the server it is forwarded to never read it two ways. A server's text is read as
@@ -36,13 +36,14 @@ var lenient = json.JoinOptions(jsontext.AllowInvalidUTF8(true), jsontext.AllowDu
 // are skipped.
 func Decode(raw []byte, v any) error { return explain(json.Unmarshal(raw, v, strict)) }
 
-// DecodeLast is Decode for a server's text, which ParseObject has checked: of a name written
-// twice in a nested object, the last counts (a wire type whose struct would merge the two says
-// how it reads them). It is also the cheaper read of a client's text that ParseRequest has
+// DecodeLast is Decode for a server's text (an answer, a chunk, an error body): of a name written
+// twice, the last counts, as the client's JSON parser reads it (a wire type whose struct would
+// merge the two says how it reads them). It is also the cheaper read of a client's text that ParseRequest has
 // already checked, which repeats no name.
 func DecodeLast(raw []byte, v any) error { return explain(json.Unmarshal(raw, v, lenient)) }
 
-// Field is one member of a JSON object, located in the object's bytes. ParseObject finds them.
+// Field is one member of a JSON object, located in the object's bytes. The Parse functions find
+// them.
 type Field struct {
 	KeyStart, KeyEnd     int  // raw[KeyStart:KeyEnd] is the key as written, quotes included
 	ValueStart, ValueEnd int  // raw[ValueStart:ValueEnd] is the value exactly as written
@@ -66,13 +67,13 @@ type decoder struct {
 
 var decoders = sync.Pool{New: func() any { d := new(decoder); d.dec = jsontext.NewDecoder(&d.src); return d }}
 
-// ParseObject checks that raw is exactly one JSON object, surrounded by optional whitespace, and
+// parseObject checks that raw is exactly one JSON object, surrounded by optional whitespace, and
 // returns its top-level members in order, appended to dst[:0]. A key written twice at the top
 // level is an error wrapping ErrDuplicateKey; nested objects are the business of whoever reads
 // them (DecodeLast). It allocates only to grow dst.
-func ParseObject(dst []Field, raw []byte) ([]Field, error) { return parseAnswer(dst, raw, nil) }
+func parseObject(dst []Field, raw []byte) ([]Field, error) { return parseAnswer(dst, raw, nil) }
 
-// ParseChunk is ParseObject for a streamed chunk that reads, in the same pass, its choices and
+// ParseChunk is parseObject for a streamed chunk that reads, in the same pass, its choices and
 // usage into chunk: a relay reads every chunk this way. A choices member that is not an array
 // leaves chunk.Choices empty.
 func ParseChunk(dst []Field, raw []byte, chunk *ChatCompletionChunk) ([]Field, error) {
@@ -93,7 +94,7 @@ type answer interface {
 	setUsage(v jsontext.Value)
 }
 
-// parseAnswer is ParseObject reading into a (when not nil).
+// parseAnswer is parseObject reading into a (when not nil).
 func parseAnswer(dst []Field, raw []byte, a answer) ([]Field, error) {
 	dst, err := parse(dst, raw, lenient, a)
 	if err != nil {
@@ -186,7 +187,7 @@ func parse(dst []Field, raw []byte, opts jsontext.Options, a answer) ([]Field, e
 // maxDepth is how deeply a client's arrays and objects may nest, the outermost one included.
 const maxDepth = 1000
 
-// ParseRequest is ParseObject for a body that is forwarded: a key written twice in any object, at
+// ParseRequest is parseObject for a body that is forwarded: a key written twice in any object, at
 // any depth, is an error wrapping ErrDuplicateKey too, so that the gateway's checks and the
 // backend can never read the body two ways; and the body nests at most 1000 deep (the library's
 // own limit is ten times that, more than a request needs).
@@ -201,7 +202,7 @@ func ParseRequest(dst []Field, raw []byte) ([]Field, error) {
 	d.dec.Reset(&d.src, strict)
 	for {
 		if _, err := d.dec.ReadToken(); err != nil {
-			return dst, nil // the end: ParseObject has read the text
+			return dst, nil // the end: parse has read the text
 		}
 		if d.dec.StackDepth() > maxDepth {
 			return dst[:0], fmt.Errorf("invalid JSON at byte %d: nesting deeper than %d levels", d.dec.InputOffset()-1, maxDepth)
@@ -237,7 +238,7 @@ func quoteKey(key string) string {
 	return strconv.Quote(key)
 }
 
-// Lookup returns the member of raw named key; fields are raw's members from ParseObject.
+// Lookup returns the member of raw named key; fields are raw's members from a Parse function.
 func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
 	for i := range fields {
 		if named(raw, &fields[i], key) {
@@ -269,7 +270,7 @@ type Edit struct {
 	Value []byte
 }
 
-// Rewrite appends to dst the object raw, whose members ParseObject returned as fields, with edits
+// Rewrite appends to dst the object raw, whose members a Parse function returned as fields, with edits
 // applied: an edited member's value is replaced where it stands, a removed member goes together
 // with one adjacent comma, and keys raw lacks are added at the end; of two edits of one key, the
 // later wins (at most 64 edits).
@@ -352,7 +353,7 @@ func Elements(v jsontext.Value) (n int, first jsontext.Kind) {
 	return n, first
 }
 
-// The functions below walk text that the library has validated (ParseObject, ParseRequest): in
+// The functions below walk text that the library has validated (parseObject, ParseRequest): in
 // valid JSON a string ends at the first quote that no backslash escapes, an array or object at
 // the bracket that balances its first, and a number or literal at the first byte that cannot be
 // part of it, so that finding where a value ends needs no parsing. On other text they stop at its

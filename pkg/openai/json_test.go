@@ -38,7 +38,7 @@ func TestParseObjectMembers(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			raw := []byte(tc.raw)
-			fields, err := ParseObject(make([]Field, 3), raw)
+			fields, err := parseObject(make([]Field, 3), raw)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,10 +149,10 @@ func TestParseObjectDuplicateKey(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseObject(nil, []byte(tc.raw))
+			_, err := parseObject(nil, []byte(tc.raw))
 			if tc.nested {
 				if err != nil {
-					t.Fatalf("ParseObject: %v; nested objects are not its business", err)
+					t.Fatalf("parseObject: %v; nested objects are not its business", err)
 				}
 				_, err = ParseRequest(nil, []byte(tc.raw))
 			}
@@ -165,7 +165,7 @@ func TestParseObjectDuplicateKey(t *testing.T) {
 		})
 	}
 	t.Run("similar keys are not duplicates", func(t *testing.T) {
-		if _, err := ParseObject(nil, []byte(`{"a":1,"A":2,"a ":3,"\u0061b":4,"":5}`)); err != nil {
+		if _, err := parseObject(nil, []byte(`{"a":1,"A":2,"a ":3,"\u0061b":4,"":5}`)); err != nil {
 			t.Error(err)
 		}
 		if _, err := ParseRequest(nil, []byte(`{"o":{"a":1,"A":2,"a ":3,"\u0061b":4,"":5},"p":[{"a":1},{"a":1}]}`)); err != nil {
@@ -189,7 +189,7 @@ func TestParseObjectDoesNotAllocate(t *testing.T) {
 	fields := make([]Field, 0, 8)
 	allocs := testing.AllocsPerRun(100, func() {
 		var err error
-		if fields, err = ParseObject(fields, raw); err != nil {
+		if fields, err = parseObject(fields, raw); err != nil {
 			t.Fatal(err)
 		}
 		if _, ok := Lookup(raw, fields, "usage"); !ok {
@@ -197,13 +197,13 @@ func TestParseObjectDoesNotAllocate(t *testing.T) {
 		}
 	})
 	if allocs != 0 {
-		t.Errorf("%v allocations per ParseObject and Lookup", allocs)
+		t.Errorf("%v allocations per parseObject and Lookup", allocs)
 	}
 }
 
 func TestLookup(t *testing.T) {
 	raw := []byte(`{"model":"m","mod\u0065l2":"n","caf\u00e9":1,"日本":2,"bad` + "\xff" + `":3,"\n":4,"\\t":5}`)
-	fields, err := ParseObject(nil, raw)
+	fields, err := parseObject(nil, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestRewrite(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			raw := []byte(tc.raw)
-			fields, err := ParseObject(nil, raw)
+			fields, err := parseObject(nil, raw)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -293,7 +293,7 @@ func TestRewrite(t *testing.T) {
 func TestRewritePreservesEverythingElse(t *testing.T) {
 	raw := []byte("{\n\t\"model\": \"gpt-oss-120b\",\n\t\"x_unknown\": {\"deep\": [1.0, 1e400]},\n\t\"temperature\": 1.0,\n" +
 		"\t\"seed\": 12345678901234567890,\n\t\"logit_bias\": {\"50256\": -0},\n\t\"stream\": 1,\n\t\"top_p\":1E-2\n}\n")
-	fields, err := ParseObject(nil, raw)
+	fields, err := parseObject(nil, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +316,7 @@ func BenchmarkParseObjectChunk(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		var err error
-		if fields, err = ParseObject(fields, raw); err != nil {
+		if fields, err = parseObject(fields, raw); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -324,7 +324,7 @@ func BenchmarkParseObjectChunk(b *testing.B) {
 
 func BenchmarkRewriteChunk(b *testing.B) {
 	raw := []byte(chunk)
-	fields, err := ParseObject(nil, raw)
+	fields, err := parseObject(nil, raw)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func TestParseRequestDoesNotAllocate(t *testing.T) {
 
 func BenchmarkDecodeChunkChoices(b *testing.B) {
 	raw := []byte(chunk)
-	fields, _ := ParseObject(nil, raw)
+	fields, _ := parseObject(nil, raw)
 	f, _ := Lookup(raw, fields, "choices")
 	var c ChatCompletionChunk
 	b.ReportAllocs()

@@ -364,7 +364,7 @@ func TestRecordedStreams(t *testing.T) {
 						done = true
 						continue
 					}
-					if fields, err = ParseObject(fields, ev.Data); err != nil {
+					if fields, err = parseObject(fields, ev.Data); err != nil {
 						t.Fatalf("chunk: %v", err)
 					}
 					u, ok := Lookup(ev.Data, fields, "usage")

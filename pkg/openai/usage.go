@@ -19,7 +19,7 @@ func ParseUsage(v jsontext.Value) (u Usage, ok bool, err error) {
 		return Usage{}, false, nil
 	}
 	var buf [16]Field // room for a usage object's members without allocating
-	fields, err := ParseObject(buf[:0], v)
+	fields, err := parseObject(buf[:0], v)
 	if err != nil {
 		return Usage{}, false, fmt.Errorf("usage: %w", err)
 	}
@@ -38,7 +38,7 @@ func ParseUsage(v jsontext.Value) (u Usage, ok bool, err error) {
 	if f, found := Lookup(v, fields, "prompt_tokens_details"); found && string(f.Value(v)) != "null" {
 		details := f.Value(v)
 		var buf [16]Field
-		dfields, err := ParseObject(buf[:0], details)
+		dfields, err := parseObject(buf[:0], details)
 		if err != nil {
 			return Usage{}, false, errors.New("usage: prompt_tokens_details: not an object")
 		}
@@ -70,7 +70,7 @@ func count(v jsontext.Value) (int64, error) {
 // it (ParseCompletion, ParseChunk); one that is not an object is appended unchanged.
 func AppendWithCost(dst, usage, cost []byte) []byte {
 	var buf [16]Field
-	fields, err := ParseObject(buf[:0], usage)
+	fields, err := parseObject(buf[:0], usage)
 	if err != nil {
 		return append(dst, bytes.TrimSpace(usage)...) // as Rewrite copies no whitespace around the object
 	}
