@@ -166,6 +166,8 @@ func New(c *catalog.Catalog, opt Options) *Pool {
 			}
 			if base, err := url.Parse(strings.TrimSuffix(b.URL, "/")); err == nil {
 				be.base = *base // catalog.Parse refuses any other; a request without one fails
+				// An empty port ("h:") is the scheme's, and the Host header does not name it.
+				be.base.Host = strings.TrimSuffix(base.Host, ":")
 			}
 			be.transport = newTransport(opt, be.base.Scheme == "http")
 			p.backends[b.Name] = be

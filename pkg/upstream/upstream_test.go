@@ -383,6 +383,20 @@ func TestBackendAuthorizationFromEnvironment(t *testing.T) {
 	}
 }
 
+// A base with an empty port is sent as http.NewRequest sends it: the Host header names no port.
+func TestEmptyPortIsTheSchemes(t *testing.T) {
+	for raw, host := range map[string]string{"http://h:/v1": "h", "https://[::1]:/v1": "[::1]", "http://h:8000/v1": "h:8000"} {
+		p := New(model(catalog.Backend{Name: "b", URL: raw}), Options{})
+		if got := p.backends["b"].base.Host; got != host {
+			t.Errorf("%s: host %q, want %q", raw, got, host)
+		}
+		want, _ := http.NewRequest(http.MethodPost, raw, nil)
+		if want.Host != host {
+			t.Errorf("%s: http.NewRequest's host %q, want %q", raw, want.Host, host)
+		}
+	}
+}
+
 func TestRequestBodyIsSentWholeAndThenForgotten(t *testing.T) {
 	got := make(chan []byte, 1)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
