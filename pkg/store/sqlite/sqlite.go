@@ -147,9 +147,6 @@ func (s *Store) open() error {
 	return nil
 }
 
-// Path returns the database file's path.
-func (s *Store) Path() string { return s.path }
-
 // Close applies the writes already queued, then releases the database; writes after Close fail.
 // Closing again returns the first Close's outcome.
 // Leases still held stay in the file until they expire.
