@@ -13,6 +13,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -45,8 +46,9 @@ func setup(ctx context.Context, getenv func(string) string) (*function, error) {
 		}
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	prefix := cmp.Or(getenv("KILN_TABLE_PREFIX"), dynamo.DefaultTablePrefix) // the metric's dimension too
 	st, err := dynamo.Open(ctx, dynamo.Config{
-		TablePrefix: getenv("KILN_TABLE_PREFIX"),
+		TablePrefix: prefix,
 		Endpoint:    awsenv.Endpoint(getenv, "KILN_DYNAMODB_ENDPOINT", awsenv.DynamoDB),
 		Region:      getenv("AWS_REGION"),
 	})
@@ -54,9 +56,5 @@ func setup(ctx context.Context, getenv func(string) string) (*function, error) {
 		return nil, err
 	}
 	h := usage.NewHandler(usage.NewAggregator(st), log)
-	prefix := getenv("KILN_TABLE_PREFIX")
-	if prefix == "" {
-		prefix = dynamo.DefaultTablePrefix
-	}
 	return &function{ingest: h, tables: st, prefix: prefix, stdout: os.Stdout, log: log, now: time.Now}, nil
 }

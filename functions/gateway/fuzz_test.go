@@ -35,7 +35,7 @@ func FuzzRequest(f *testing.F) {
 		"KILN_HEADER_TIMEOUT": "300ms", "KILN_BODY_TIMEOUT": "300ms", "KILN_IDLE_TIMEOUT": "300ms",
 		"KILN_DEMO_CREDITS": "1000.00",
 	})
-	st, err := sqlite.Open(l.cfg.DataDir)
+	st, err := sqlite.Open(l.cfg.DataDir, sqlite.Options{})
 	if err != nil {
 		f.Fatal(err)
 	}

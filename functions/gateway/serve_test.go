@@ -123,7 +123,7 @@ func TestInProcessAggregates(t *testing.T) {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
 
-	st, err := sqlite.Open(cfg.DataDir)
+	st, err := sqlite.Open(cfg.DataDir, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +173,7 @@ func TestShutdownPastTheGrace(t *testing.T) {
 	if err := l.stop(); err != nil {
 		t.Fatalf("serve: %v", err)
 	}
-	st, err := sqlite.Open(l.cfg.DataDir)
+	st, err := sqlite.Open(l.cfg.DataDir, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

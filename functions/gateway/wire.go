@@ -49,7 +49,7 @@ func openStore(ctx context.Context, cfg config.Config, embedded sqlite.Options) 
 		}
 		return s, nil
 	}
-	s, err := sqlite.OpenWith(cfg.DataDir, embedded)
+	s, err := sqlite.Open(cfg.DataDir, embedded)
 	if err != nil {
 		return nil, fmt.Errorf("open embedded store in %s: %w", cfg.DataDir, err)
 	}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/neocloud/kiln/pkg/config"
 	"github.com/neocloud/kiln/pkg/finance"
 	"github.com/neocloud/kiln/pkg/money"
@@ -125,7 +127,7 @@ func days(f *flags, from, to string) (time.Time, time.Time, error) {
 
 // openExport opens the export an --export flag names: s3://BUCKET/PREFIX or a directory.
 func (c *cli) openExport(ctx context.Context, where string) (*finance.Export, error) {
-	var client finance.S3API
+	var client *s3.Client
 	if strings.HasPrefix(where, "s3://") {
 		cfg, err := c.config()
 		if err != nil {

@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/neocloud/kiln/pkg/ddbitem"
 )
 
@@ -62,7 +64,7 @@ type dataFile struct {
 // Open finds the exports at where (s3://BUCKET/PREFIX, read with client, or a directory) and
 // checks their manifests; it reads the first item of each export to tell its table. Two exports
 // of one table at one location are an error: their sums would count every item twice.
-func Open(ctx context.Context, where string, client S3API) (*Export, error) {
+func Open(ctx context.Context, where string, client *s3.Client) (*Export, error) {
 	loc, err := openLocation(where, client)
 	if err != nil {
 		return nil, err

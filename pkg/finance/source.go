@@ -28,14 +28,8 @@ type location interface {
 	String() string
 }
 
-// S3API is the part of the S3 client that reading an export needs.
-type S3API interface {
-	s3.ListObjectsV2APIClient
-	GetObject(ctx context.Context, in *s3.GetObjectInput, opts ...func(*s3.Options)) (*s3.GetObjectOutput, error)
-}
-
 // openLocation parses s3://BUCKET/PREFIX or a directory.
-func openLocation(where string, client S3API) (location, error) {
+func openLocation(where string, client *s3.Client) (location, error) {
 	if rest, ok := strings.CutPrefix(where, "s3://"); ok {
 		bucket, prefix, _ := strings.Cut(rest, "/")
 		if bucket == "" {
@@ -97,7 +91,7 @@ func (d dirLocation) open(_ context.Context, key string) (io.ReadCloser, error) 
 }
 
 type s3Location struct {
-	client S3API
+	client *s3.Client
 	bucket string
 	prefix string // "" or ending in "/"
 }

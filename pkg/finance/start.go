@@ -14,14 +14,6 @@ import (
 	"github.com/aws/smithy-go"
 )
 
-// DynamoAPI is the part of the DynamoDB client that starting exports needs.
-type DynamoAPI interface {
-	DescribeTable(ctx context.Context, in *dynamodb.DescribeTableInput, opts ...func(*dynamodb.Options)) (*dynamodb.DescribeTableOutput, error)
-	DescribeContinuousBackups(ctx context.Context, in *dynamodb.DescribeContinuousBackupsInput, opts ...func(*dynamodb.Options)) (*dynamodb.DescribeContinuousBackupsOutput, error)
-	ExportTableToPointInTime(ctx context.Context, in *dynamodb.ExportTableToPointInTimeInput, opts ...func(*dynamodb.Options)) (*dynamodb.ExportTableToPointInTimeOutput, error)
-	DescribeExport(ctx context.Context, in *dynamodb.DescribeExportInput, opts ...func(*dynamodb.Options)) (*dynamodb.DescribeExportOutput, error)
-}
-
 // ExportRequest asks for point-in-time exports of tables to one S3 location.
 type ExportRequest struct {
 	Tables []string // table names; each goes under Prefix/<its name>/
@@ -55,7 +47,7 @@ var ErrNoPITR = errors.New("point-in-time recovery is off")
 // ExportTableToPointInTime per table (DYNAMODB_JSON, full export, the same point in time for
 // all), and waits until each has completed, reporting progress. A failed export is an error
 // naming DynamoDB's reason.
-func StartExports(ctx context.Context, db DynamoAPI, req ExportRequest) ([]ExportInfo, error) {
+func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) ([]ExportInfo, error) {
 	if req.Bucket == "" {
 		return nil, errors.New("no bucket")
 	}

@@ -301,7 +301,7 @@ func newHarness(t testing.TB, cfgs ...config) *harness {
 	}
 	h.catalog = cat
 
-	st, err := sqlite.Open(t.TempDir())
+	st, err := sqlite.Open(t.TempDir(), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

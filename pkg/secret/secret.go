@@ -26,11 +26,6 @@ const (
 	DefaultRefusedGap   = 10 * time.Second // at most one re-read this often on refusals
 )
 
-// getter is the part of Secrets Manager a Source calls.
-type getter interface {
-	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
-}
-
 // Options tune a Source; zero values take the defaults.
 type Options struct {
 	RefreshEvery time.Duration
@@ -41,7 +36,7 @@ type Options struct {
 
 // Source is one secret's current value.
 type Source struct {
-	client getter
+	client *secretsmanager.Client
 	id     string
 	opt    Options
 
@@ -62,15 +57,6 @@ func Open(ctx context.Context, id, region string, opt Options) (*Source, error) 
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: %w", id, err)
 	}
-	s := New(secretsmanager.NewFromConfig(cfg), id, opt)
-	if err := s.Refresh(ctx); err != nil {
-		return nil, err
-	}
-	return s, nil
-}
-
-// New returns a Source on client that has read nothing yet (Refresh reads).
-func New(client getter, id string, opt Options) *Source {
 	if opt.RefreshEvery <= 0 {
 		opt.RefreshEvery = DefaultRefreshEvery
 	}
@@ -83,7 +69,11 @@ func New(client getter, id string, opt Options) *Source {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	return &Source{client: client, id: id, opt: opt}
+	s := &Source{client: secretsmanager.NewFromConfig(cfg), id: id, opt: opt}
+	if err := s.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Refresh reads the secret now. On error the token read before stays.

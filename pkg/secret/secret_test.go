@@ -49,6 +49,13 @@ func client() *secretsmanager.Client {
 	})
 }
 
+// setEnv points the SDK's usual configuration, which Open reads, at moto.
+func setEnv(t *testing.T) {
+	t.Setenv("AWS_ENDPOINT_URL_SECRETS_MANAGER", moto.Endpoint)
+	t.Setenv("AWS_ACCESS_KEY_ID", "kilnlocal")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "kilnlocal")
+}
+
 func put(t *testing.T, c *secretsmanager.Client, id, value string) {
 	t.Helper()
 	if _, err := c.PutSecretValue(t.Context(), &secretsmanager.PutSecretValueInput{SecretId: &id, SecretString: &value}); err != nil {
@@ -60,6 +67,7 @@ func put(t *testing.T, c *secretsmanager.Client, id, value string) {
 // again after a backend refused it (at most once per gap) and when it is older than the refresh
 // interval (time passed in); a value that is no bearer token keeps the one read before.
 func TestRotation(t *testing.T) {
+	setEnv(t)
 	c := client()
 	id := fmt.Sprintf("kiln/%d/backend", os.Getpid())
 	out, err := c.CreateSecret(t.Context(), &secretsmanager.CreateSecretInput{Name: &id, SecretString: aws.String("tok-1\n")})
@@ -67,8 +75,8 @@ func TestRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk := &clock{t: time.Unix(1_800_000_000, 0)}
-	s := secret.New(c, aws.ToString(out.ARN), secret.Options{Now: clk.Now})
-	if err := s.Refresh(t.Context()); err != nil {
+	s, err := secret.Open(t.Context(), aws.ToString(out.ARN), "us-east-1", secret.Options{Now: clk.Now})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if got := s.Token(); got != "tok-1" {
@@ -113,9 +121,7 @@ func TestRotation(t *testing.T) {
 // TestOpen reads through the SDK's usual configuration, AWS_ENDPOINT_URL_SECRETS_MANAGER
 // included, and refuses at start a secret it cannot read, naming it.
 func TestOpen(t *testing.T) {
-	t.Setenv("AWS_ENDPOINT_URL_SECRETS_MANAGER", moto.Endpoint)
-	t.Setenv("AWS_ACCESS_KEY_ID", "kilnlocal")
-	t.Setenv("AWS_SECRET_ACCESS_KEY", "kilnlocal")
+	setEnv(t)
 	id := fmt.Sprintf("kiln/%d/open", os.Getpid())
 	if _, err := client().CreateSecret(t.Context(), &secretsmanager.CreateSecretInput{Name: &id, SecretString: aws.String("tok")}); err != nil {
 		t.Fatal(err)

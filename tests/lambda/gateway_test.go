@@ -113,7 +113,7 @@ func startGatewayWith(t *testing.T, wrap func(http.Handler) http.Handler, editCa
 	}
 
 	data := filepath.Join(dir, "data")
-	st, err := sqlite.Open(data)
+	st, err := sqlite.Open(data, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ func TestClientsThatLeave(t *testing.T) {
 	simURL := startSimulator(t, "sim/plain", "sim/continuous")
 	proxy := newFaultProxy(t, strings.TrimSuffix(strings.TrimPrefix(simURL, "http://"), "/v1"))
 	dir := t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dir, "data"))
+	st, err := sqlite.Open(filepath.Join(dir, "data"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

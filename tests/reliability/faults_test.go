@@ -115,7 +115,7 @@ func TestBackendFaults(t *testing.T) {
 		models = append(models, model{ID: f, URL: fake, Backend: "fake/" + f})
 	}
 	dir := t.TempDir()
-	st, err := sqlite.Open(filepath.Join(dir, "data"))
+	st, err := sqlite.Open(filepath.Join(dir, "data"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func TestHostileClients(t *testing.T) {
 	t.Run("sqlite", func(t *testing.T) {
 		dir := t.TempDir()
 		data := filepath.Join(dir, "data")
-		st, err := sqlite.Open(data)
+		st, err := sqlite.Open(data, sqlite.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -94,7 +94,7 @@ func TestSlotFreeWhenAnswerEnds(t *testing.T) {
 	t.Run("embedded", func(t *testing.T) {
 		simURL := startSimulator(t, "sim/continuous")
 		dir := filepath.Join(t.TempDir(), "data")
-		st, err := sqlite.Open(dir)
+		st, err := sqlite.Open(dir, sqlite.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

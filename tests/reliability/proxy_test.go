@@ -40,7 +40,6 @@ type faultProxy struct {
 	open map[*net.TCPConn]bool // the client side of each connection being proxied
 
 	answered atomic.Int64 // bytes of backend answers forwarded to the gateway
-	conns    sync.WaitGroup
 }
 
 func newFaultProxy(t *testing.T, target string) *faultProxy {

@@ -90,12 +90,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		o.APIOptions = append(o.APIOptions, cfg.APIOptions...)
 	})
-	return New(client, cfg.TablePrefix), nil
-}
-
-// New returns a store on the tables named by prefix ("" means DefaultTablePrefix), using client.
-func New(client *dynamodb.Client, prefix string) *Store {
-	return &Store{db: client, tables: TableNames(prefix)}
+	return &Store{db: client, tables: TableNames(cfg.TablePrefix)}, nil
 }
 
 // Tables returns the names of the store's tables.

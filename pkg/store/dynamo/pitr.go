@@ -17,37 +17,20 @@ var ErrNoPointInTimeRecovery = errors.New("this DynamoDB server has no point-in-
 
 // EnablePointInTimeRecovery turns point-in-time recovery on for every table of the store, as
 // template.yaml does in AWS: finance exports the tables with ExportTableToPointInTime, which
-// DynamoDB refuses on a table without it. A table that has it already is left alone.
+// DynamoDB refuses on a table without it. Turning it on where it is on already changes nothing.
 func (s *Store) EnablePointInTimeRecovery(ctx context.Context) error {
 	for _, name := range []string{s.tables.Orgs, s.tables.Keys, s.tables.Ledger, s.tables.Usage, s.tables.Aggregates} {
-		on, err := s.PointInTimeRecovery(ctx, name)
-		if err != nil {
-			return err
-		}
-		if on {
-			continue
-		}
-		if _, err := s.db.UpdateContinuousBackups(ctx, &dynamodb.UpdateContinuousBackupsInput{
+		_, err := s.db.UpdateContinuousBackups(ctx, &dynamodb.UpdateContinuousBackupsInput{
 			TableName:                        aws.String(name),
 			PointInTimeRecoverySpecification: &types.PointInTimeRecoverySpecification{PointInTimeRecoveryEnabled: aws.Bool(true)},
-		}); err != nil {
+		})
+		var api smithy.APIError
+		switch {
+		case errors.As(err, &api) && api.ErrorCode() == "UnknownOperationException":
+			return fmt.Errorf("point-in-time recovery of %s: %w", name, ErrNoPointInTimeRecovery)
+		case err != nil:
 			return fmt.Errorf("turn on point-in-time recovery of %s: %w", name, err)
 		}
 	}
 	return nil
-}
-
-// PointInTimeRecovery reports whether point-in-time recovery is on for the named table.
-func (s *Store) PointInTimeRecovery(ctx context.Context, table string) (bool, error) {
-	out, err := s.db.DescribeContinuousBackups(ctx, &dynamodb.DescribeContinuousBackupsInput{TableName: aws.String(table)})
-	var api smithy.APIError
-	if errors.As(err, &api) && api.ErrorCode() == "UnknownOperationException" {
-		return false, fmt.Errorf("point-in-time recovery of %s: %w", table, ErrNoPointInTimeRecovery)
-	}
-	if err != nil {
-		return false, fmt.Errorf("point-in-time recovery of %s: %w", table, err)
-	}
-	d := out.ContinuousBackupsDescription
-	return d != nil && d.PointInTimeRecoveryDescription != nil &&
-		d.PointInTimeRecoveryDescription.PointInTimeRecoveryStatus == types.PointInTimeRecoveryStatusEnabled, nil
 }

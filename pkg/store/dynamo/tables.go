@@ -58,7 +58,8 @@ func TableDefinitions(t Tables) []*dynamodb.CreateTableInput {
 			TableName:            aws.String(t.Usage),
 			AttributeDefinitions: []types.AttributeDefinition{attr("org_id", s), attr("generation_id", s)},
 			KeySchema:            key("org_id", "generation_id"),
-			StreamSpecification:  UsageStream(),
+			// New images: all the usage pipeline reads.
+			StreamSpecification: &types.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: types.StreamViewTypeNewImage},
 		},
 		{
 			TableName:            aws.String(t.Aggregates),
@@ -66,11 +67,6 @@ func TableDefinitions(t Tables) []*dynamodb.CreateTableInput {
 			KeySchema:            key("pk", "sk"),
 		},
 	}
-}
-
-// UsageStream is the usage table's stream: new images, all the pipeline reads.
-func UsageStream() *types.StreamSpecification {
-	return &types.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: types.StreamViewTypeNewImage}
 }
 
 // CreateTables creates those of the store's tables that do not exist yet and waits until every

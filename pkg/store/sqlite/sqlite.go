@@ -88,14 +88,9 @@ type Options struct {
 	CommitWindow time.Duration
 }
 
-// Open opens the store in dir, creating the directory (mode 0700) and the database as needed,
-// and brings the schema up to date.
-func Open(dir string) (*Store, error) {
-	return OpenWith(dir, Options{})
-}
-
-// OpenWith is Open with options.
-func OpenWith(dir string, opt Options) (*Store, error) {
+// Open opens the store in dir with opt, creating the directory (mode 0700) and the database as
+// needed, and brings the schema up to date.
+func Open(dir string, opt Options) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open store %s: %w", dir, err)
 	}
@@ -151,9 +146,6 @@ func (s *Store) open() error {
 	}
 	return nil
 }
-
-// Path returns the database file's path.
-func (s *Store) Path() string { return s.path }
 
 // Close applies the writes already queued, then releases the database; writes after Close fail.
 // Closing again returns the first Close's outcome.
