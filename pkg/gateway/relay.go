@@ -32,6 +32,8 @@ type stream struct {
 
 func newStream(w http.ResponseWriter, clock Clock, every time.Duration) *stream {
 	s := &stream{w: w, rc: http.NewResponseController(w), every: every}
+	s.mu.Lock() // a ping that a test's clock runs at once waits until the timer is kept
+	defer s.mu.Unlock()
 	s.keepalive = clock.AfterFunc(every, s.ping)
 	return s
 }
