@@ -1,6 +1,7 @@
 package simulator
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -299,5 +300,31 @@ func TestModelsAndHealth(t *testing.T) {
 	health.Body.Close()
 	if health.StatusCode != http.StatusOK {
 		t.Errorf("/health status = %d", health.StatusCode)
+	}
+}
+
+// TestTypeErrorField checks that a value of the wrong type is named by its path in the body, as
+// vLLM names it, whichever Go struct holds the field.
+func TestTypeErrorField(t *testing.T) {
+	_, srv := newTestServer(t)
+	tests := []struct{ path, body, message string }{
+		{"/v1/chat/completions", `{"model":5,"messages":[]}`, "model: Input should be a valid string"},
+		{"/v1/completions", completionBody(qwen, "hi", `"n":"two"`), "n: Input should be a valid integer"},
+		{"/v1/chat/completions", chatBody(qwen, "hi", `"stream":true,"stream_options":{"include_usage":1}`), "stream_options.include_usage: Input should be a valid boolean"},
+		{"/v1/chat/completions", `{"model":"` + qwen + `","messages":"hi"}`, "messages: Input should be a valid list"},
+	}
+	for _, tc := range tests {
+		resp, err := srv.Client().Post(srv.URL+tc.path, "application/json", strings.NewReader(tc.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body struct {
+			Error struct{ Message string } `json:"error"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if err != nil || body.Error.Message != tc.message {
+			t.Errorf("%s: message %q (%v), want %q", tc.body, body.Error.Message, err, tc.message)
+		}
 	}
 }

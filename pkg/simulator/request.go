@@ -205,7 +205,9 @@ func decode(body []byte, v any) error {
 		if typeErr.Field == "" {
 			return badRequest("Input should be a valid dictionary: the body must be a JSON object.")
 		}
-		return badRequest("%s: Input should be a valid %s", typeErr.Field, jsonKind(typeErr.Type.Kind().String()))
+		// encoding/json names the embedded struct in the path; the body has no such level.
+		field := strings.TrimPrefix(typeErr.Field, "commonRequest.")
+		return badRequest("%s: Input should be a valid %s", field, jsonKind(typeErr.Type.Kind().String()))
 	}
 	return badRequest("JSON decode error: %v", err)
 }
