@@ -20,18 +20,16 @@ import (
 	"github.com/neocloud/kiln/pkg/awsenv"
 )
 
-// Defaults of Options.
+// When a Source reads its secret again.
 const (
-	DefaultRefreshEvery = 5 * time.Minute
-	DefaultRefusedGap   = 10 * time.Second // at most one re-read this often on refusals
+	RefreshEvery = 5 * time.Minute  // a token older than this is read again
+	RefusedGap   = 10 * time.Second // at most one re-read this often, on refusals or failed reads
 )
 
-// Options tune a Source; zero values take the defaults.
+// Options are what a Source is given; zero values take time.Now and a discarding log.
 type Options struct {
-	RefreshEvery time.Duration
-	RefusedGap   time.Duration
-	Now          func() time.Time
-	Log          *slog.Logger
+	Now func() time.Time
+	Log *slog.Logger
 }
 
 // Source is one secret's current value.
@@ -56,12 +54,6 @@ func Open(ctx context.Context, id, region string, opt Options) (*Source, error) 
 	cfg, err := awsenv.Load(ctx, "", region)
 	if err != nil {
 		return nil, fmt.Errorf("secret %s: %w", id, err)
-	}
-	if opt.RefreshEvery <= 0 {
-		opt.RefreshEvery = DefaultRefreshEvery
-	}
-	if opt.RefusedGap <= 0 {
-		opt.RefusedGap = DefaultRefusedGap
 	}
 	if opt.Now == nil {
 		opt.Now = time.Now
@@ -123,7 +115,7 @@ func (s *Source) Token() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// A failing read is tried again no sooner than RefusedGap, not on every request.
-	if now := s.opt.Now(); now.Sub(s.fetched) >= s.opt.RefreshEvery && now.Sub(s.tried) >= s.opt.RefusedGap {
+	if now := s.opt.Now(); now.Sub(s.fetched) >= RefreshEvery && now.Sub(s.tried) >= RefusedGap {
 		s.refreshLocked("scheduled")
 	}
 	return s.token
@@ -134,7 +126,7 @@ func (s *Source) Token() string {
 func (s *Source) Refused() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if now := s.opt.Now(); s.refusedAt.IsZero() || now.Sub(s.refusedAt) >= s.opt.RefusedGap {
+	if now := s.opt.Now(); s.refusedAt.IsZero() || now.Sub(s.refusedAt) >= RefusedGap {
 		if s.refreshLocked("a backend refused the token") {
 			s.refusedAt = now
 		}

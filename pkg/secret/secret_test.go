@@ -97,9 +97,9 @@ func TestRotation(t *testing.T) {
 	s.Refused() // within the gap of the last read: not read again
 	s.Wait()
 	if got := s.Token(); got != "tok-2" {
-		t.Errorf("a second refusal within %v read the secret again: %q", secret.DefaultRefusedGap, got)
+		t.Errorf("a second refusal within %v read the secret again: %q", secret.RefusedGap, got)
 	}
-	clk.Add(secret.DefaultRefreshEvery)
+	clk.Add(secret.RefreshEvery)
 	if got := s.Token(); got != "tok-2" {
 		t.Errorf("the request that finds the token old waits for nothing: got %q, want tok-2", got)
 	}
