@@ -43,14 +43,14 @@ type commonRequest struct {
 	N                   *int            `json:"n"`
 	Logprobs            json.RawMessage `json:"logprobs"`
 	TopLogprobs         *int            `json:"top_logprobs"`
-	Stream              *bool           `json:"stream"`
+	Stream              bool            `json:"stream"`
 	StreamOptions       *streamOptions  `json:"stream_options"`
 	ToolChoice          json.RawMessage `json:"tool_choice"`
 }
 
 type streamOptions struct {
-	IncludeUsage         *bool `json:"include_usage"`
-	ContinuousUsageStats *bool `json:"continuous_usage_stats"`
+	IncludeUsage         bool `json:"include_usage"`
+	ContinuousUsageStats bool `json:"continuous_usage_stats"`
 }
 
 type chatRequest struct {
@@ -179,14 +179,13 @@ func (req *request) readOptions(c *commonRequest) error {
 	case len(c.Logprobs) > 0:
 		_ = json.Unmarshal(c.Logprobs, &req.logprobs) // chat's boolean leaves it 0
 	}
-	req.stream = c.Stream != nil && *c.Stream
-	if c.StreamOptions != nil {
+	req.stream = c.Stream
+	if o := c.StreamOptions; o != nil {
 		if !req.stream {
 			return badRequest("Stream options can only be defined when `stream=True`.")
 		}
-		o := c.StreamOptions
-		req.includeUsage = o.IncludeUsage != nil && *o.IncludeUsage
-		req.continuousUsage = req.includeUsage && o.ContinuousUsageStats != nil && *o.ContinuousUsageStats
+		req.includeUsage = o.IncludeUsage
+		req.continuousUsage = o.IncludeUsage && o.ContinuousUsageStats
 	}
 	var choice string
 	req.requiredToolChoice = json.Unmarshal(c.ToolChoice, &choice) == nil && choice == "required"
