@@ -2,7 +2,6 @@ package simulator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -118,15 +117,14 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request, seq
 	// only the error.
 	engineErr := req.checkEngine()
 	if err := req.checkContext(); err != nil {
-		var re *requestError
-		if !errors.As(err, &re) || !re.inEngine {
+		if !err.inEngine {
 			writeRequestError(w, sw, err)
 			return
 		}
 		engineErr = err
 	}
 	if d.streamError != 0 && !req.stream {
-		writeRequestError(w, sw, &requestError{status: d.streamError, message: simulatedMessage(d.streamError)})
+		writeRequestError(w, sw, simulated(d.streamError))
 		return
 	}
 	if engineErr != nil && !req.stream {
@@ -151,14 +149,13 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request, seq
 		sglang:  sw == SGLang,
 	}
 	if req.stream {
-		var re *requestError
-		if engineErr != nil {
-			re, _ = engineErr.(*requestError)
+		fail := engineErr
+		if fail != nil {
 			g.answer = answer{} // refused before the first token
 		} else if d.streamError != 0 {
-			re = &requestError{status: d.streamError, message: simulatedMessage(d.streamError)}
+			fail = simulated(d.streamError)
 		}
-		g.stream(ctx, w, re)
+		g.stream(ctx, w, fail)
 		return
 	}
 	if d.dropAfter >= 0 {
@@ -170,8 +167,9 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request, req *request, seq
 	writeJSON(w, http.StatusOK, g.response())
 }
 
-func simulatedMessage(status int) string {
-	return "Simulated error: " + http.StatusText(status) + "."
+// simulated is the error the status and stream_error directives answer with.
+func simulated(status int) *requestError {
+	return &requestError{status: status, message: "Simulated error: " + http.StatusText(status) + "."}
 }
 
 // writeStatus answers with a simulated failure: the server's error JSON for 4xx and for 501
@@ -181,7 +179,7 @@ func writeStatus(w http.ResponseWriter, sw Software, status int) {
 		writePlain(w, status)
 		return
 	}
-	writeError(w, sw, status, simulatedMessage(status))
+	writeRequestError(w, sw, simulated(status))
 }
 
 // sleep waits for d, or until ctx is done.

@@ -57,7 +57,7 @@ func (s Software) text(e *requestError) string {
 
 func (e *requestError) Error() string { return e.message }
 
-func badRequest(format string, args ...any) error {
+func badRequest(format string, args ...any) *requestError {
 	return &requestError{status: http.StatusBadRequest, message: fmt.Sprintf(format, args...)}
 }
 
@@ -112,7 +112,7 @@ func (s Software) errorJSON(format string, e *requestError, param string) []byte
 // lowers a missing one to what fits; it does so before any stream starts. SGLang's tokenizer
 // manager refuses a prompt of the context's length or more, and a max_tokens whose sum with the
 // prompt reaches the context, once generation has started.
-func (req *request) checkContext() error {
+func (req *request) checkContext() *requestError {
 	limit := req.model.ContextLength
 	if limit <= 0 {
 		return nil
@@ -157,7 +157,7 @@ func (req *request) room() int {
 
 // checkEngine is what vLLM's engine validates once a request is scheduled
 // (SamplingParams._validate_logprobs): more logprobs than --max-logprobs.
-func (req *request) checkEngine() error {
+func (req *request) checkEngine() *requestError {
 	if req.model.Server == VLLM && req.logprobs > maxLogprobs {
 		return &requestError{status: http.StatusBadRequest, param: "logprobs", value: strconv.Itoa(req.logprobs), inEngine: true,
 			message: fmt.Sprintf("Requested sample logprobs of %d, which is greater than max allowed: %d", req.logprobs, maxLogprobs)}
