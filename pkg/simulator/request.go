@@ -80,9 +80,12 @@ func (s *Server) parse(r *http.Request, ep endpoint) (*request, Software, error)
 		return nil, s.server, badRequest("Could not read the request body.")
 	}
 
+	// A prompt that cannot be counted is refused after the model is found: in the model's words.
 	var (
 		common     *commonRequest
-		promptText func() (tokens []int, directiveText string, err error)
+		prompts    []int
+		text       string // where directives are read
+		promptErr  error
 		toolResult bool // the last message is a tool's result, which the model answers in text
 	)
 	switch ep {
@@ -92,10 +95,7 @@ func (s *Server) parse(r *http.Request, ep endpoint) (*request, Software, error)
 			return nil, s.serverOf(body), err
 		}
 		common = &cr.commonRequest
-		promptText = func() ([]int, string, error) {
-			n, text, err := chatPrompt(cr.Messages)
-			return []int{n}, text, err
-		}
+		prompts, text, promptErr = chatPrompt(cr.Messages)
 		toolResult = len(cr.Messages) > 0 && cr.Messages[len(cr.Messages)-1].Role == "tool"
 	default:
 		var cr completionRequest
@@ -103,7 +103,7 @@ func (s *Server) parse(r *http.Request, ep endpoint) (*request, Software, error)
 			return nil, s.serverOf(body), err
 		}
 		common = &cr.commonRequest
-		promptText = func() ([]int, string, error) { return completionPrompt(cr.Prompt) }
+		prompts, text, promptErr = completionPrompt(cr.Prompt)
 	}
 
 	if common.Model == "" {
@@ -113,14 +113,10 @@ func (s *Server) parse(r *http.Request, ep endpoint) (*request, Software, error)
 	if !ok {
 		return nil, s.server, &requestError{status: http.StatusNotFound, message: fmt.Sprintf("The model `%s` does not exist.", common.Model)}
 	}
-	req := &request{endpoint: ep, model: model, maxTokens: -1, n: 1}
-
-	prompts, text, err := promptText()
-	if err != nil {
-		return nil, model.Server, err
+	if promptErr != nil {
+		return nil, model.Server, promptErr
 	}
-	req.prompts = prompts
-
+	req := &request{endpoint: ep, model: model, prompts: prompts, maxTokens: -1, n: 1}
 	if err := req.readOptions(common); err != nil {
 		return nil, model.Server, err
 	}
@@ -226,23 +222,24 @@ func jsonKind(kind string) string {
 	return kind
 }
 
-// chatPrompt counts the words of every message and returns the text of the last user message,
-// where directives are read.
-func chatPrompt(msgs []chatRequestMessage) (tokens int, lastUser string, err error) {
+// chatPrompt counts the words of every message, the one prompt of a chat, and returns the text
+// of the last user message, where directives are read.
+func chatPrompt(msgs []chatRequestMessage) (tokens []int, lastUser string, err error) {
 	if msgs == nil {
-		return 0, "", badRequest("messages: Field required")
+		return nil, "", badRequest("messages: Field required")
 	}
+	n := 0
 	for i, m := range msgs {
 		text, err := contentText(m.Content)
 		if err != nil {
-			return 0, "", badRequest("messages[%d].content: %v", i, err)
+			return nil, "", badRequest("messages[%d].content: %v", i, err)
 		}
-		tokens += len(strings.Fields(text))
+		n += len(strings.Fields(text))
 		if m.Role == "user" {
 			lastUser = text
 		}
 	}
-	return tokens, lastUser, nil
+	return []int{n}, lastUser, nil
 }
 
 // contentText is a message content's text: the string itself, or the "text" of every content
