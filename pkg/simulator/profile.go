@@ -62,19 +62,13 @@ func badRequest(format string, args ...any) *requestError {
 }
 
 // errorType names a status the way both servers do: 400 BadRequestError, 404 NotFoundError,
-// 501 NotImplementedError.
+// 501 NotImplementedError, 500 InternalServerError. Every status the simulator answers has a
+// text (the directives accept no other).
 func errorType(status int) string {
-	switch status {
-	case http.StatusNotImplemented:
-		return "NotImplementedError"
-	case http.StatusInternalServerError:
+	if status == http.StatusInternalServerError {
 		return "InternalServerError"
 	}
-	name := strings.NewReplacer(" ", "", "-", "").Replace(http.StatusText(status))
-	if name == "" {
-		name = "HTTP" + strconv.Itoa(status)
-	}
-	return name + "Error"
+	return strings.NewReplacer(" ", "", "-", "").Replace(http.StatusText(status)) + "Error"
 }
 
 // errorBody is the body of an error answered with an HTTP status. vLLM nests it since v0.10.1
