@@ -30,8 +30,6 @@ func main() {
 		fmt.Fprintf(os.Stderr, "gateway: configuration:\n%v\n", err)
 		os.Exit(2)
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
 	if cfg.OnLambda {
 		if os.Getenv("GOMAXPROCS") == "" {
 			// An execution environment serves one request at a time, whose goroutines mostly
@@ -40,7 +38,7 @@ func main() {
 			// bootstrap made half the futex and nanosleep calls per request at 20 req/s.
 			runtime.GOMAXPROCS(1)
 		}
-		log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+		log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 		stdlog.SetFlags(0)
 		stdlog.SetOutput(stdLog{log})
 		h, err := lambdaHandler(context.Background(), cfg, os.Getenv, log)
@@ -51,7 +49,7 @@ func main() {
 		lambda.StartHandlerFunc(h.Invoke) // returns only by exiting the process
 		return
 	}
-	log, flushLog := newLogger(os.Stderr, level, logFlushEvery)
+	log, flushLog := newLogger(os.Stderr, cfg.LogLevel, logFlushEvery)
 	stdlog.SetFlags(0)
 	stdlog.SetOutput(stdLog{log})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

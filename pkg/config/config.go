@@ -6,6 +6,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
 	"time"
@@ -40,7 +41,7 @@ type Config struct {
 	IdleTimeout          time.Duration // KILN_IDLE_TIMEOUT: a kept-alive connection with no request is closed after it
 	LeaseTTL             time.Duration // KILN_LEASE_TTL: in-flight slot lease
 	CacheTTL             time.Duration // KILN_CACHE_TTL: how long keys (with their organization's status) and maintenance are cached
-	LogLevel             string        // KILN_LOG_LEVEL: debug, info, warn, error
+	LogLevel             slog.Level    // KILN_LOG_LEVEL: debug, info (the zero Level), warn, error
 	OnLambda             bool          // AWS_LAMBDA_RUNTIME_API is set
 	DemoOrgCredits       string        // KILN_DEMO_CREDITS: credits given to the demo organization at first start
 	ShutdownGrace        time.Duration // KILN_SHUTDOWN_GRACE: how long open streams may finish on SIGTERM
@@ -89,7 +90,6 @@ func Load(getenv func(string) string) (Config, error) {
 		IdleTimeout:          dur("KILN_IDLE_TIMEOUT", 120*time.Second),
 		LeaseTTL:             dur("KILN_LEASE_TTL", 60*time.Second),
 		CacheTTL:             dur("KILN_CACHE_TTL", 2*time.Second),
-		LogLevel:             str("KILN_LOG_LEVEL", "info"),
 		DemoOrgCredits:       str("KILN_DEMO_CREDITS", "10.00"),
 		ShutdownGrace:        dur("KILN_SHUTDOWN_GRACE", 30*time.Second),
 		SettleReserve:        dur("KILN_SETTLE_RESERVE", 5*time.Second),
@@ -123,10 +123,9 @@ func Load(getenv func(string) string) (Config, error) {
 			errs = append(errs, fmt.Errorf("KILN_SIMULATOR_ADDR=%q: want host:port", c.Simulator))
 		}
 	}
-	switch c.LogLevel {
-	case "debug", "info", "warn", "error":
-	default:
-		errs = append(errs, fmt.Errorf("KILN_LOG_LEVEL=%q: want debug, info, warn or error", c.LogLevel))
+	// Read by slog, as the aggregator reads it.
+	if v := getenv("KILN_LOG_LEVEL"); v != "" && c.LogLevel.UnmarshalText([]byte(v)) != nil {
+		errs = append(errs, fmt.Errorf("KILN_LOG_LEVEL=%q: want debug, info, warn or error", v))
 	}
 	if c.CacheTTL > 5*time.Second {
 		errs = append(errs, fmt.Errorf("KILN_CACHE_TTL=%s: at most 5s, so that revocations and suspensions reach a running gateway within 5 s", c.CacheTTL))
