@@ -43,8 +43,7 @@ func (l listener) Accept() (net.Conn, error) {
 type conn struct {
 	net.Conn
 	between  atomic.Bool // the server is reading a request line and headers
-	fresh    atomic.Bool // ... the connection's first, so the header timeout runs since accept
-	partial  atomic.Bool // ... and some of it has arrived
+	started  atomic.Bool // ... of a request begun: the first since accept, or one with bytes in
 	answered atomic.Bool // an error answer was written; the server closes the connection next
 }
 
@@ -56,8 +55,7 @@ func connState(c net.Conn, state http.ConnState) {
 	}
 	switch state {
 	case http.StateNew, http.StateIdle:
-		cc.partial.Store(false)
-		cc.fresh.Store(state == http.StateNew)
+		cc.started.Store(state == http.StateNew)
 		cc.between.Store(true)
 	case http.StateActive:
 		cc.between.Store(false)
@@ -70,9 +68,9 @@ func (c *conn) Read(p []byte) (int, error) {
 		return n, err
 	}
 	if n > 0 {
-		c.partial.Store(true)
+		c.started.Store(true)
 	}
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && (c.partial.Load() || c.fresh.Load()) {
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && c.started.Load() {
 		// The header timeout (or, with part of a request in, the idle timeout) passed.
 		c.answer(http.StatusRequestTimeout, "request_timeout", "The request's headers did not arrive in time. Send the request line and headers without pausing.")
 	}
