@@ -8,10 +8,6 @@ import (
 	"strconv"
 )
 
-func writeError(w http.ResponseWriter, s Software, status int, message string) {
-	writeRequestError(w, s, &requestError{status: status, message: message})
-}
-
 func writeRequestError(w http.ResponseWriter, s Software, err error) {
 	re, ok := err.(*requestError)
 	if !ok {

@@ -79,7 +79,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(http.StatusOK)
 	default:
-		writeError(w, s.server, http.StatusNotFound, "Not Found")
+		writeRequestError(w, s.server, &requestError{status: http.StatusNotFound, message: "Not Found"})
 	}
 }
 
@@ -89,7 +89,7 @@ func (s *Server) allow(w http.ResponseWriter, r *http.Request, method string) bo
 		return true
 	}
 	w.Header().Set("Allow", method)
-	writeError(w, s.server, http.StatusMethodNotAllowed, "Method Not Allowed")
+	writeRequestError(w, s.server, &requestError{status: http.StatusMethodNotAllowed, message: "Method Not Allowed"})
 	return false
 }
 
