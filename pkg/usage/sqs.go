@@ -48,23 +48,6 @@ type Handler struct {
 	log *slog.Logger
 }
 
-// Invoke is the function's entry point: an SQS batch (Records) goes to Handle. Anything else is
-// an error, so that a misrouted trigger is noticed.
-func (h *Handler) Invoke(ctx context.Context, payload json.RawMessage) (any, error) {
-	var in struct {
-		events.SQSEvent
-		Source     string `json:"source"` // an EventBridge event's, to name it in the error
-		DetailType string `json:"detail-type"`
-	}
-	if err := json.Unmarshal(payload, &in); err != nil {
-		return nil, fmt.Errorf("invocation payload: %w", err)
-	}
-	if in.Records == nil {
-		return nil, fmt.Errorf("unexpected invocation (source %q, detail-type %q): want an SQS batch", in.Source, in.DetailType)
-	}
-	return h.Handle(ctx, in.SQSEvent)
-}
-
 // NewHandler returns a Handler that hands valid events to rec. A nil log discards.
 func NewHandler(rec Recorder, log *slog.Logger) *Handler {
 	if log == nil {
