@@ -69,21 +69,21 @@ func Open(ctx context.Context, where string, client *s3.Client) (*Export, error)
 	if err != nil {
 		return nil, err
 	}
-	objects, err := loc.list(ctx)
+	keys, err := loc.list(ctx)
 	if err != nil {
 		return nil, err
 	}
 	x := &Export{loc: loc}
-	present := make(map[string]bool, len(objects))
-	for _, o := range objects {
-		present[o.Key] = true
+	present := make(map[string]bool, len(keys))
+	for _, key := range keys {
+		present[key] = true
 	}
 	manifested := map[string]bool{}
-	for _, o := range objects {
-		if path.Base(o.Key) != "manifest-summary.json" {
+	for _, key := range keys {
+		if path.Base(key) != "manifest-summary.json" {
 			continue
 		}
-		p, err := x.readManifests(ctx, dirOf(o.Key), present)
+		p, err := x.readManifests(ctx, dirOf(key), present)
 		if err != nil {
 			return nil, err
 		}
@@ -91,18 +91,18 @@ func Open(ctx context.Context, where string, client *s3.Client) (*Export, error)
 		x.parts = append(x.parts, p)
 	}
 	bare := map[string]*part{}
-	for _, o := range objects {
-		if !isDataFile(o.Key) {
+	for _, key := range keys {
+		if !isDataFile(key) {
 			continue
 		}
-		dir := exportDir(o.Key)
-		if underAny(o.Key, manifested) {
+		dir := exportDir(key)
+		if underAny(key, manifested) {
 			continue // its export's manifest lists its files
 		}
 		if bare[dir] == nil {
 			bare[dir] = &part{dir: dir}
 		}
-		bare[dir].files = append(bare[dir].files, dataFile{key: o.Key, items: -1})
+		bare[dir].files = append(bare[dir].files, dataFile{key: key, items: -1})
 	}
 	for _, dir := range slices.Sorted(maps.Keys(bare)) {
 		x.parts = append(x.parts, bare[dir])

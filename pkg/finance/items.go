@@ -77,9 +77,6 @@ type Record struct {
 	Day string
 }
 
-// Rollup is one day × model roll-up of the aggregates table (its Month is empty).
-type Rollup = usage.Rollup
-
 // Marker is one generation marker of the aggregates table: the fold added this generation's cost
 // to the roll-ups of its organization and day.
 type Marker struct {
@@ -130,16 +127,16 @@ func DecodeRecord(it Item) (Record, error) {
 // and so skipped by reports and reconciliations.
 func (r Record) InProgress() bool { return r.Status == usage.StatusInProgress }
 
-// DecodeAggregate reads an aggregates item: a day roll-up or a marker (ok true), or a month
-// roll-up (ok false: the reconciliation is per day).
-func DecodeAggregate(it Item) (r *Rollup, m *Marker, err error) {
+// DecodeAggregate reads an aggregates item: a day roll-up or a marker, or neither for a month
+// roll-up (the reconciliation is per day).
+func DecodeAggregate(it Item) (r *usage.Rollup, m *Marker, err error) {
 	f := ddbitem.NewReader(it)
 	pk, sk := f.Str("pk"), f.Str("sk")
 	switch {
 	case strings.HasPrefix(pk, markerPrefix):
 		m = &Marker{GenerationID: f.Str("generation_id"), OrgID: f.Str("org_id"), Day: f.Str("day"), Cost: money.Amount(f.Num("cost"))}
 	case strings.HasPrefix(sk, dayPrefix):
-		r = &Rollup{OrgID: pk, Day: f.Str("day"), Model: f.OptStr("model"), Totals: usage.Totals{
+		r = &usage.Rollup{OrgID: pk, Day: f.Str("day"), Model: f.OptStr("model"), Totals: usage.Totals{
 			Requests: f.Num("requests"), PromptTokens: f.OptNum("prompt_tokens"), CachedTokens: f.OptNum("cached_tokens"),
 			CompletionTokens: f.OptNum("completion_tokens"), Cost: money.Amount(f.Num("cost")),
 		}}

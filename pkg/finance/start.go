@@ -22,7 +22,7 @@ type ExportRequest struct {
 	At     time.Time // the point in time; zero is now (DynamoDB's default)
 	// Poll is the pause between two looks at the exports' progress; 0 is 10 s.
 	Poll time.Duration
-	// Progress receives a line per change of an export's status; nil discards.
+	// Progress receives a line per change of an export's status.
 	Progress io.Writer
 }
 
@@ -53,10 +53,6 @@ func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) (
 	}
 	if req.Poll <= 0 {
 		req.Poll = 10 * time.Second
-	}
-	progress := req.Progress
-	if progress == nil {
-		progress = io.Discard
 	}
 	prefix := strings.Trim(req.Prefix, "/")
 	arns := make([]string, len(req.Tables))
@@ -100,7 +96,7 @@ func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) (
 			return nil, fmt.Errorf("export %s: %w", name, err)
 		}
 		infos[i] = describe(name, req.Bucket, *in.S3Prefix, out.ExportDescription)
-		fmt.Fprintf(progress, "export of %s started: %s\n", name, infos[i].ExportArn)
+		fmt.Fprintf(req.Progress, "export of %s started: %s\n", name, infos[i].ExportArn)
 	}
 	for {
 		pending := 0
@@ -115,7 +111,7 @@ func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) (
 			before := infos[i].Status
 			infos[i] = describe(infos[i].Table, req.Bucket, strings.TrimPrefix(prefix+"/"+infos[i].Table, "/"), out.ExportDescription)
 			if infos[i].Status != before {
-				fmt.Fprintf(progress, "export of %s: %s\n", infos[i].Table, strings.ToLower(infos[i].Status))
+				fmt.Fprintf(req.Progress, "export of %s: %s\n", infos[i].Table, strings.ToLower(infos[i].Status))
 			}
 			if d := out.ExportDescription; infos[i].Status == string(types.ExportStatusFailed) {
 				return nil, fmt.Errorf("export of %s failed: %s %s", infos[i].Table, aws.ToString(d.FailureCode), aws.ToString(d.FailureMessage))
@@ -127,7 +123,7 @@ func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) (
 		if pending == 0 {
 			break
 		}
-		fmt.Fprintf(progress, "waiting for %d export(s)…\n", pending)
+		fmt.Fprintf(req.Progress, "waiting for %d export(s)…\n", pending)
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("waiting for the exports (they go on in DynamoDB): %w", ctx.Err())
