@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/neocloud/kiln/pkg/ddbitem"
 )
 
 // The envelope fields of the usage events the gateway published with PutEvents before the usage
@@ -112,12 +114,12 @@ func (h *Handler) decode(ctx context.Context, m events.SQSMessage) (e Event, ok 
 // holds no final usage record is ErrNotFinal. In an envelope every field of the event is required
 // and no other is allowed (the schema is events/usage-event.schema.json).
 func Decode(body []byte) (Event, error) {
-	if isStreamRecord(body) {
-		return decodeStreamRecord(body)
-	}
-	var env events.EventBridgeEvent
+	var env message
 	if err := json.Unmarshal(body, &env); err != nil {
 		return Event{}, fmt.Errorf("neither a DynamoDB stream record nor an EventBridge envelope: %w", err)
+	}
+	if env.EventSource == StreamEventSource {
+		return decodeStreamRecord(env)
 	}
 	if env.Source != EnvelopeSource || env.DetailType != EnvelopeDetailType {
 		return Event{}, fmt.Errorf("envelope source %q, detail-type %q: want %q, %q", env.Source, env.DetailType, EnvelopeSource, EnvelopeDetailType)
@@ -148,6 +150,19 @@ func Decode(body []byte) (Event, error) {
 		return Event{}, err
 	}
 	return e, nil
+}
+
+// message is one message body: a DynamoDB stream record (eventSource aws:dynamodb, its
+// NewImage the usage item in DynamoDB JSON) or an EventBridge envelope (the event its detail).
+type message struct {
+	EventSource string `json:"eventSource"`
+	EventName   string `json:"eventName"`
+	Change      struct {
+		NewImage ddbitem.JSONItem `json:"NewImage"`
+	} `json:"dynamodb"`
+	Source     string          `json:"source"`
+	DetailType string          `json:"detail-type"`
+	Detail     json.RawMessage `json:"detail"`
 }
 
 var generationID = regexp.MustCompile(`^gen-[0-9A-Za-z]{1,64}$`)

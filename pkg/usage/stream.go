@@ -1,8 +1,6 @@
 package usage
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -24,18 +22,9 @@ var ErrNotFinal = errors.New("not a final usage record")
 
 // decodeStreamRecord reads what an EventBridge Pipe puts on the queue from the usage table's
 // DynamoDB stream: the stream record itself as the message body (no envelope, no input
-// template), its NewImage the usage item in DynamoDB JSON (EventItem is its shape;
-// docs/dynamodb.md lists its attributes).
-func decodeStreamRecord(body []byte) (Event, error) {
-	var r struct {
-		EventName string `json:"eventName"`
-		Change    struct {
-			NewImage ddbitem.JSONItem `json:"NewImage"`
-		} `json:"dynamodb"`
-	}
-	if err := json.Unmarshal(body, &r); err != nil {
-		return Event{}, fmt.Errorf("not a DynamoDB stream record: %w", err)
-	}
+// template), its NewImage the usage item (EventItem is its shape; docs/dynamodb.md lists its
+// attributes).
+func decodeStreamRecord(r message) (Event, error) {
 	switch r.EventName {
 	case "INSERT", "MODIFY":
 	case "REMOVE":
@@ -89,12 +78,4 @@ func attrText(it ddbitem.Item, name string) string {
 		s = s[:80] + "…"
 	}
 	return strconv.Quote(s)
-}
-
-// isStreamRecord tells a stream record from an EventBridge envelope by its eventSource member.
-func isStreamRecord(body []byte) bool {
-	var probe struct {
-		EventSource string `json:"eventSource"`
-	}
-	return bytes.Contains(body, []byte(`"eventSource"`)) && json.Unmarshal(body, &probe) == nil && probe.EventSource == StreamEventSource
 }
