@@ -108,7 +108,7 @@ func Open(ctx context.Context, where string, client *s3.Client) (*Export, error)
 		x.parts = append(x.parts, bare[dir])
 	}
 	if len(x.parts) == 0 {
-		return nil, fmt.Errorf("export %s: %w", loc, errNoExport)
+		return nil, fmt.Errorf("export %s: no DynamoDB export there (no manifest-summary.json and no data files)", loc)
 	}
 	seen := map[Table]*part{}
 	for _, p := range x.parts {

@@ -2,7 +2,6 @@ package finance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -112,5 +111,3 @@ func (s *s3Location) open(ctx context.Context, key string) (io.ReadCloser, error
 	}
 	return out.Body, nil
 }
-
-var errNoExport = errors.New("no DynamoDB export there (no manifest-summary.json and no data files)")
