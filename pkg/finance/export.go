@@ -200,12 +200,7 @@ func (x *Export) name(key string) string {
 }
 
 // dirOf is the directory of a key, ending in "/", or "".
-func dirOf(key string) string {
-	if i := strings.LastIndexByte(key, '/'); i >= 0 {
-		return key[:i+1]
-	}
-	return ""
-}
+func dirOf(key string) string { return key[:strings.LastIndexByte(key, '/')+1] }
 
 // exportDir is the export directory of a data file: what comes before its data/ folder.
 func exportDir(key string) string {
@@ -234,7 +229,7 @@ func isDataFile(key string) bool {
 	if strings.HasPrefix(base, "manifest-") || strings.HasPrefix(base, "_") || strings.HasPrefix(base, ".") {
 		return false
 	}
-	return strings.HasSuffix(base, ".json.gz") || strings.HasSuffix(base, ".gz") || strings.HasSuffix(base, ".json")
+	return strings.HasSuffix(base, ".gz") || strings.HasSuffix(base, ".json")
 }
 
 // errStop ends a read early without an error.
