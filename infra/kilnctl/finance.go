@@ -190,6 +190,9 @@ type recordWriter struct {
 	total usage.Totals
 }
 
+// recordLine is a line of the text listing, the header's and each record's.
+const recordLine = "%-30s  %-30s  %-20s  %-14s  %-20s  %8v  %8v  %10v  %s\n"
+
 func newRecordWriter(w *bufio.Writer, asCSV, asJSON bool) (*recordWriter, error) {
 	rw := &recordWriter{w: w, json: asJSON}
 	var err error
@@ -200,7 +203,7 @@ func newRecordWriter(w *bufio.Writer, asCSV, asJSON bool) (*recordWriter, error)
 	case asJSON:
 		_, err = w.WriteString("[")
 	default:
-		_, err = fmt.Fprintf(w, "%-30s  %-30s  %-20s  %-14s  %-20s  %8s  %8s  %10s  %s\n",
+		_, err = fmt.Fprintf(w, recordLine,
 			"STARTED", "GENERATION", "ORG", "MODEL", "STATUS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
 	}
 	return rw, err
@@ -227,7 +230,7 @@ func (rw *recordWriter) write(r finance.Record) error {
 		_, err = rw.w.Write(b) // a bufio.Writer keeps its first error: this returns the earlier ones too
 		return err
 	}
-	_, err := fmt.Fprintf(rw.w, "%-30s  %-30s  %-20s  %-14s  %-20s  %8d  %8d  %10d  %s\n",
+	_, err := fmt.Fprintf(rw.w, recordLine,
 		exactTime(e.StartedAt), e.GenerationID, oneLine(e.OrgID), oneLine(orNone(e.Model)), e.Status,
 		e.PromptTokens, e.CachedTokens, e.CompletionTokens, usd(e.Cost))
 	return err

@@ -20,7 +20,7 @@ type ExportRequest struct {
 	Bucket string
 	Prefix string
 	At     time.Time // the point in time; zero is now (DynamoDB's default)
-	// Poll is the pause between two looks at the exports' progress; 0 is 10 s.
+	// Poll is the pause between two looks at the exports' progress.
 	Poll time.Duration
 	// Progress receives a line per change of an export's status.
 	Progress io.Writer
@@ -48,12 +48,6 @@ var ErrNoPITR = errors.New("point-in-time recovery is off")
 // all), and waits until each has completed, reporting progress. A failed export is an error
 // naming DynamoDB's reason.
 func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) ([]ExportInfo, error) {
-	if req.Bucket == "" {
-		return nil, errors.New("no bucket")
-	}
-	if req.Poll <= 0 {
-		req.Poll = 10 * time.Second
-	}
 	prefix := strings.Trim(req.Prefix, "/")
 	arns := make([]string, len(req.Tables))
 	for i, name := range req.Tables {
