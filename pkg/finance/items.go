@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
 	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
@@ -46,19 +44,14 @@ func (t Table) String() string {
 // month roll-up or pk a generation marker. The organizations table also has pk and sk, but
 // neither of those forms.
 func TableOf(it Item) Table {
-	_, org := it["org_id"].(*types.AttributeValueMemberS)
-	if _, ok := it["entry_id"].(*types.AttributeValueMemberS); ok && org {
+	f := ddbitem.NewReader(it)
+	org, pk, sk := f.OptStr("org_id"), f.OptStr("pk"), f.OptStr("sk")
+	switch {
+	case org != "" && f.OptStr("entry_id") != "":
 		return Ledger
-	}
-	if _, ok := it["generation_id"].(*types.AttributeValueMemberS); ok && org {
-		if _, agg := it["pk"]; !agg {
-			return Usage
-		}
-	}
-	pk, _ := it["pk"].(*types.AttributeValueMemberS)
-	sk, _ := it["sk"].(*types.AttributeValueMemberS)
-	if pk != nil && sk != nil &&
-		(strings.HasPrefix(sk.Value, dayPrefix) || strings.HasPrefix(sk.Value, monthPrefix) || strings.HasPrefix(pk.Value, markerPrefix)) {
+	case org != "" && f.OptStr("generation_id") != "" && !f.Has("pk"):
+		return Usage
+	case pk != "" && sk != "" && (strings.HasPrefix(sk, dayPrefix) || strings.HasPrefix(sk, monthPrefix) || strings.HasPrefix(pk, markerPrefix)):
 		return Aggregates
 	}
 	return Other
