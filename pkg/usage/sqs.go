@@ -66,11 +66,18 @@ func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQS
 	var es []Event
 	var at []int // the message of each event
 	for i, m := range batch.Records {
-		e, ok, err := h.decode(ctx, m)
+		if err := ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("not processed before the invocation ended: %w", err)
+			continue
+		}
+		e, err := Decode([]byte(m.Body))
 		switch {
+		case errors.Is(err, ErrNotFinal): // acknowledged: nothing to fold
+			h.log.LogAttrs(ctx, slog.LevelWarn, "usage message skipped: the pipe's filter should have kept it off the queue",
+				slog.String("message_id", m.MessageId), slog.String("reason", err.Error()))
 		case err != nil:
 			errs[i] = err
-		case ok:
+		default:
 			es = append(es, e)
 			at = append(at, i)
 		}
@@ -90,23 +97,6 @@ func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQS
 		}
 	}
 	return resp, nil
-}
-
-// decode reads one message's event; ok is false for a message to acknowledge without one.
-func (h *Handler) decode(ctx context.Context, m events.SQSMessage) (e Event, ok bool, err error) {
-	if err := ctx.Err(); err != nil {
-		return e, false, fmt.Errorf("not processed before the invocation ended: %w", err)
-	}
-	e, err = Decode([]byte(m.Body))
-	if errors.Is(err, ErrNotFinal) {
-		h.log.LogAttrs(ctx, slog.LevelWarn, "usage message skipped: the pipe's filter should have kept it off the queue",
-			slog.String("message_id", m.MessageId), slog.String("reason", err.Error()))
-		return e, false, nil
-	}
-	if err != nil {
-		return e, false, err
-	}
-	return e, true, nil
 }
 
 // Decode reads one message body, validated: a DynamoDB stream record of the usage table, as the
