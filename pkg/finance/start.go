@@ -89,7 +89,8 @@ func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) (
 		case err != nil:
 			return nil, fmt.Errorf("export %s: %w", name, err)
 		}
-		infos[i] = describe(name, req.Bucket, *in.S3Prefix, out.ExportDescription)
+		infos[i] = ExportInfo{Table: name, Location: "s3://" + req.Bucket + "/" + *in.S3Prefix + "/", Status: string(types.ExportStatusInProgress)}
+		infos[i].update(req.Bucket, out.ExportDescription)
 		fmt.Fprintf(req.Progress, "export of %s started: %s\n", name, infos[i].ExportArn)
 	}
 	for {
@@ -103,7 +104,7 @@ func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) (
 				return nil, fmt.Errorf("export of %s: %w", infos[i].Table, err)
 			}
 			before := infos[i].Status
-			infos[i] = describe(infos[i].Table, req.Bucket, strings.TrimPrefix(prefix+"/"+infos[i].Table, "/"), out.ExportDescription)
+			infos[i].update(req.Bucket, out.ExportDescription)
 			if infos[i].Status != before {
 				fmt.Fprintf(req.Progress, "export of %s: %s\n", infos[i].Table, strings.ToLower(infos[i].Status))
 			}
@@ -132,10 +133,10 @@ func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) (
 	return infos, nil
 }
 
-func describe(table, bucket, prefix string, d *types.ExportDescription) ExportInfo {
-	info := ExportInfo{Table: table, Location: "s3://" + bucket + "/" + prefix + "/", Status: string(types.ExportStatusInProgress)}
+// update takes what DynamoDB says of the export into info.
+func (info *ExportInfo) update(bucket string, d *types.ExportDescription) {
 	if d == nil {
-		return info
+		return
 	}
 	info.ExportArn = aws.ToString(d.ExportArn)
 	if d.ExportStatus != "" {
@@ -149,5 +150,4 @@ func describe(table, bucket, prefix string, d *types.ExportDescription) ExportIn
 	if m := aws.ToString(d.ExportManifest); m != "" {
 		info.Manifest = "s3://" + bucket + "/" + m
 	}
-	return info
 }
