@@ -1,12 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"time"
+
+	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/neocloud/kiln/pkg/finance"
 	"github.com/neocloud/kiln/pkg/money"
@@ -38,23 +41,28 @@ type function struct {
 	now    func() time.Time
 }
 
-// Invoke routes one invocation.
+// Invoke routes one invocation: the schedule's task to reconcile, an SQS batch (Records) to the
+// ingest handler. Anything else is an error, so that a misrouted trigger is noticed.
 func (f *function) Invoke(ctx context.Context, payload json.RawMessage) (any, error) {
-	var probe struct {
-		Task string `json:"task"`
-		Day  string `json:"day"`
+	var in struct {
+		events.SQSEvent
+		Task       string `json:"task"`
+		Day        string `json:"day"`
+		Source     string `json:"source"` // an EventBridge event's, to name it in the error
+		DetailType string `json:"detail-type"`
 	}
-	if json.Unmarshal(payload, &probe) == nil && probe.Task != "" {
-		if probe.Task != reconcileTask {
-			return nil, fmt.Errorf("unknown task %q: want %q", probe.Task, reconcileTask)
-		}
-		day := probe.Day
-		if day == "" {
-			day = f.now().UTC().AddDate(0, 0, -1).Format(time.DateOnly)
-		}
-		return f.reconcile(ctx, day)
+	if err := json.Unmarshal(payload, &in); err != nil {
+		return nil, fmt.Errorf("invocation payload: %w", err)
 	}
-	return f.ingest.Invoke(ctx, payload)
+	switch {
+	case in.Task == reconcileTask:
+		return f.reconcile(ctx, cmp.Or(in.Day, f.now().UTC().AddDate(0, 0, -1).Format(time.DateOnly)))
+	case in.Task != "":
+		return nil, fmt.Errorf("unknown task %q: want %q", in.Task, reconcileTask)
+	case in.Records == nil:
+		return nil, fmt.Errorf("unexpected invocation (source %q, detail-type %q): want an SQS batch", in.Source, in.DetailType)
+	}
+	return f.ingest.Handle(ctx, in.SQSEvent)
 }
 
 // reconciliation is what the reconcile invocation returns.

@@ -169,4 +169,7 @@ func TestScheduledReconciliationOfYesterday(t *testing.T) {
 	if _, err := f.Invoke(ctx, json.RawMessage(`{"task":"compact"}`)); err == nil {
 		t.Error("an unknown task: no error")
 	}
+	if _, err := f.Invoke(ctx, json.RawMessage(`{"source":"aws.events","detail-type":"Scheduled Event"}`)); err == nil || !strings.Contains(err.Error(), "want an SQS batch") {
+		t.Errorf("a misrouted EventBridge event: %v", err)
+	}
 }

@@ -85,14 +85,14 @@ func commands() []command {
 		{"org create", "--name NAME [--max-in-flight N] [--id ID]", "create an organization", orgCreate},
 		{"org list", "", "list organizations", orgList},
 		{"org show", "ID", "show an organization with its balance and in-flight requests", orgShow},
-		{"org suspend", "ID", "refuse the organization's requests until it is resumed", orgSuspend},
-		{"org resume", "ID", "accept the organization's requests again", orgResume},
+		{"org suspend", "ID", "refuse the organization's requests until it is resumed", setStatus(store.OrgSuspended)},
+		{"org resume", "ID", "accept the organization's requests again", setStatus(store.OrgActive)},
 		{"org set-limit", "ID N", "set the organization's in-flight limit (1..10000)", orgSetLimit},
 		{"key create", "--org ID", "create an API key; the key is printed once", keyCreate},
 		{"key list", "--org ID", "list an organization's keys (never their secrets)", keyList},
 		{"key revoke", "KEY_ID", "revoke a key", keyRevoke},
-		{"credits add", "--org ID --usd AMOUNT [--note TEXT]", "top up an organization's credits", creditsAdd},
-		{"credits adjust", "--org ID --usd AMOUNT --note TEXT", "correct an organization's credits by a signed amount", creditsAdjust},
+		{"credits add", "--org ID --usd AMOUNT [--note TEXT]", "top up an organization's credits", addEntry(store.EntryTopUp)},
+		{"credits adjust", "--org ID --usd AMOUNT --note TEXT", "correct an organization's credits by a signed amount", addEntry(store.EntryAdjustment)},
 		{"credits show", "--org ID", "show an organization's balance, reserved and available credits, and limit", creditsShow},
 		{"credits ledger", "--org ID [--csv]", "list an organization's ledger entries", creditsLedger},
 		{"usage", "--org ID --from DAY --to DAY [--by day|model] [--csv]", "list or roll up an organization's usage (UTC days, --to inclusive)", usageReport},
@@ -111,8 +111,7 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		return &usageError{msg: "no command given", usage: overview("")}
 	}
-	switch args[0] {
-	case "help", "-h", "-help", "--help":
+	if args[0] == "help" || isHelpFlag(args[0]) {
 		return c.help(ctx, args[1:])
 	}
 	cmds := commands()
@@ -204,6 +203,8 @@ type flags struct {
 	*flag.FlagSet
 	cmd    *command
 	json   *bool
+	csv    *bool    // --csv, when the command has it: parse refuses it with --json
+	days   *period  // --from and --to, when the command has them: parse reads them
 	needed []string // the flags parse requires, in the order they were declared
 }
 
@@ -226,9 +227,30 @@ func (f *flags) required(name, usage string) *string {
 // org declares --org, the organization a command works on.
 func (f *flags) org() *string { return f.required("org", "the organization's `ID` (required)") }
 
+// csvFlag declares --csv.
+func (f *flags) csvFlag(usage string) *bool {
+	f.csv = f.Bool("csv", false, usage)
+	return f.csv
+}
+
+// period is the UTC days a command covers: --from to --to, both included.
+type period struct {
+	from, to    string
+	first, last time.Time
+}
+
+// period declares --from and --to.
+func (f *flags) period() *period {
+	f.days = &period{}
+	f.StringVar(&f.days.from, "from", "", "the first UTC `DAY`, such as 2026-11-01 (required)")
+	f.StringVar(&f.days.to, "to", "", "the last UTC `DAY`, included (required)")
+	return f.days
+}
+
 // parse reads flags and exactly the named positional arguments, in any order: the flag
 // package stops at the first non-flag, so parsing resumes after each positional argument.
-// Then every required flag must have a value.
+// Then every required flag must have a value, --csv excludes --json, and --from and --to must
+// be days in that order.
 func (f *flags) parse(args []string, positional ...string) ([]string, error) {
 	var pos []string
 	for {
@@ -258,6 +280,25 @@ func (f *flags) parse(args []string, positional ...string) ([]string, error) {
 	for _, name := range f.needed {
 		if f.Lookup(name).Value.String() == "" {
 			return nil, f.usageErr("--%s is required", name)
+		}
+	}
+	if f.csv != nil && *f.csv && *f.json {
+		return nil, f.usageErr("--csv and --json exclude each other")
+	}
+	if p := f.days; p != nil {
+		if p.from == "" || p.to == "" {
+			return nil, f.usageErr("--from and --to are required")
+		}
+		var errFrom, errTo error
+		p.first, errFrom = time.Parse(time.DateOnly, p.from)
+		p.last, errTo = time.Parse(time.DateOnly, p.to)
+		switch {
+		case errFrom != nil:
+			return nil, f.usageErr("--from %q: want a day such as 2026-11-01", p.from)
+		case errTo != nil:
+			return nil, f.usageErr("--to %q: want a day such as 2026-11-30", p.to)
+		case p.last.Before(p.first):
+			return nil, f.usageErr("--to %s is before --from %s", p.to, p.from)
 		}
 	}
 	return pos, nil

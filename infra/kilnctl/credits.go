@@ -11,81 +11,75 @@ import (
 	"github.com/neocloud/kiln/pkg/store"
 )
 
-func creditsAdd(ctx context.Context, c *cli, f *flags, args []string) error {
-	return addEntry(ctx, c, f, args, store.EntryTopUp)
-}
-
-func creditsAdjust(ctx context.Context, c *cli, f *flags, args []string) error {
-	return addEntry(ctx, c, f, args, store.EntryAdjustment)
-}
-
 // entryResult is what credits add and adjust print: the new entry and the balance after it.
 type entryResult struct {
 	Entry   store.LedgerEntry `json:"entry"`
 	Balance money.Amount      `json:"balance"`
 }
 
-func addEntry(ctx context.Context, c *cli, f *flags, args []string, kind store.EntryKind) error {
-	orgID := f.org()
-	amountHelp, noteHelp := "the `AMOUNT` in USD, a positive plain decimal such as 10.00 (required)", "a `NOTE` for the ledger"
-	if kind == store.EntryAdjustment {
-		amountHelp, noteHelp = "the signed `AMOUNT` in USD, such as -1.50 (required)", "why the balance is corrected, as a `NOTE` (required)"
-	}
-	amount := f.required("usd", amountHelp)
-	note := f.String("note", "", noteHelp)
-	if _, err := f.parse(args); err != nil {
-		return err
-	}
-	a, err := money.Parse(*amount)
-	if err != nil {
-		return f.usageErr("--usd: %v", err)
-	}
-	prefix := "top_"
-	switch kind {
-	case store.EntryTopUp:
-		if a <= 0 {
-			return f.usageErr("--usd %s: a top-up must be positive; use credits adjust for corrections", *amount)
+// addEntry is credits add (a top-up) and credits adjust (an adjustment).
+func addEntry(kind store.EntryKind) func(context.Context, *cli, *flags, []string) error {
+	return func(ctx context.Context, c *cli, f *flags, args []string) error {
+		orgID := f.org()
+		amountHelp, noteHelp := "the `AMOUNT` in USD, a positive plain decimal such as 10.00 (required)", "a `NOTE` for the ledger"
+		if kind == store.EntryAdjustment {
+			amountHelp, noteHelp = "the signed `AMOUNT` in USD, such as -1.50 (required)", "why the balance is corrected, as a `NOTE` (required)"
 		}
-	case store.EntryAdjustment:
-		prefix = "adj_"
-		if a == 0 {
-			return f.usageErr("--usd %s: an adjustment must not be zero", *amount)
+		amount := f.required("usd", amountHelp)
+		note := f.String("note", "", noteHelp)
+		if _, err := f.parse(args); err != nil {
+			return err
 		}
-		if strings.TrimSpace(*note) == "" {
-			return f.usageErr("--note is required: say why the balance is corrected")
+		a, err := money.Parse(*amount)
+		if err != nil {
+			return f.usageErr("--usd: %v", err)
 		}
+		prefix := "top_"
+		switch kind {
+		case store.EntryTopUp:
+			if a <= 0 {
+				return f.usageErr("--usd %s: a top-up must be positive; use credits adjust for corrections", *amount)
+			}
+		case store.EntryAdjustment:
+			prefix = "adj_"
+			if a == 0 {
+				return f.usageErr("--usd %s: an adjustment must not be zero", *amount)
+			}
+			if strings.TrimSpace(*note) == "" {
+				return f.usageErr("--note is required: say why the balance is corrected")
+			}
+		}
+		st, _, err := c.storeAndOrg(ctx, *orgID)
+		if err != nil {
+			return err
+		}
+		e := store.LedgerEntry{
+			ID:     newID(prefix),
+			OrgID:  *orgID,
+			Kind:   kind,
+			Amount: a,
+			Note:   strings.TrimSpace(*note),
+			At:     c.clock(),
+		}
+		if err := st.AddEntry(ctx, e); errors.Is(err, store.ErrNotFound) {
+			return fmt.Errorf("organization %q not found", *orgID)
+		} else if err != nil {
+			return fmt.Errorf("add %s to %s: %w", kind, *orgID, err)
+		}
+		o, err := c.org(ctx, st, *orgID)
+		if err != nil {
+			return err
+		}
+		if *f.json {
+			return writeJSON(c.stdout, entryResult{Entry: e, Balance: o.Balance})
+		}
+		verb := "added"
+		if kind == store.EntryAdjustment {
+			verb = "adjusted by"
+		}
+		return c.printf("%s %s USD (entry %s); balance of %s is %s USD\n", verb, usd(a), e.ID, o.ID, usd(o.Balance))
 	}
-	st, _, err := c.storeAndOrg(ctx, *orgID)
-	if err != nil {
-		return err
-	}
-	e := store.LedgerEntry{
-		ID:     newID(prefix),
-		OrgID:  *orgID,
-		Kind:   kind,
-		Amount: a,
-		Note:   strings.TrimSpace(*note),
-		At:     c.clock(),
-	}
-	if err := st.AddEntry(ctx, e); errors.Is(err, store.ErrNotFound) {
-		return fmt.Errorf("organization %q not found", *orgID)
-	} else if err != nil {
-		return fmt.Errorf("add %s to %s: %w", kind, *orgID, err)
-	}
-	o, err := c.org(ctx, st, *orgID)
-	if err != nil {
-		return err
-	}
-	if *f.json {
-		return writeJSON(c.stdout, entryResult{Entry: e, Balance: o.Balance})
-	}
-	verb := "added"
-	if kind == store.EntryAdjustment {
-		verb = "adjusted by"
-	}
-	return c.printf("%s %s USD (entry %s); balance of %s is %s USD\n", verb, usd(a), e.ID, o.ID, usd(o.Balance))
 }
-
 func creditsShow(ctx context.Context, c *cli, f *flags, args []string) error {
 	orgID := f.org()
 	if _, err := f.parse(args); err != nil {
@@ -116,12 +110,9 @@ func creditsShow(ctx context.Context, c *cli, f *flags, args []string) error {
 
 func creditsLedger(ctx context.Context, c *cli, f *flags, args []string) error {
 	orgID := f.org()
-	asCSV := f.Bool("csv", false, "print CSV: id,time,kind,amount,note")
+	asCSV := f.csvFlag("print CSV: id,time,kind,amount,note")
 	if _, err := f.parse(args); err != nil {
 		return err
-	}
-	if *asCSV && *f.json {
-		return f.usageErr("--csv and --json exclude each other")
 	}
 	st, _, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {

@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -106,25 +104,6 @@ func financeExport(ctx context.Context, c *cli, f *flags, args []string) error {
 	return c.printf("\nkilnctl finance report --export %s --from DAY --to DAY\nkilnctl finance reconcile --export %s --from DAY --to DAY\n", location, location)
 }
 
-// days reads --from and --to: UTC days, --to included.
-func days(f *flags, from, to string) (time.Time, time.Time, error) {
-	if from == "" || to == "" {
-		return time.Time{}, time.Time{}, f.usageErr("--from and --to are required")
-	}
-	a, err := time.Parse(time.DateOnly, from)
-	if err != nil {
-		return a, a, f.usageErr("--from %q: want a day such as 2026-11-01", from)
-	}
-	b, err := time.Parse(time.DateOnly, to)
-	if err != nil {
-		return a, b, f.usageErr("--to %q: want a day such as 2026-11-30", to)
-	}
-	if b.Before(a) {
-		return a, b, f.usageErr("--to %s is before --from %s", to, from)
-	}
-	return a, b, nil
-}
-
 // openExport opens the export an --export flag names: s3://BUCKET/PREFIX or a directory.
 func (c *cli) openExport(ctx context.Context, where string) (*finance.Export, error) {
 	var client *s3.Client
@@ -146,22 +125,15 @@ func (c *cli) openExport(ctx context.Context, where string) (*finance.Export, er
 // rolled up, read as a stream.
 func financeReport(ctx context.Context, c *cli, f *flags, args []string) error {
 	where := f.required("export", "the export's `LOCATION`: s3://BUCKET/PREFIX, or a directory holding a copy of it (required)")
-	fromArg := f.String("from", "", "the first UTC `DAY`, such as 2026-11-01 (required)")
-	toArg := f.String("to", "", "the last UTC `DAY`, included (required)")
+	days := f.period()
 	orgID := f.String("org", "", "only this organization's `ID`")
 	by := f.String("by", "", "roll up per `day`, model or org instead of listing records")
-	asCSV := f.Bool("csv", false, "print CSV with a header row (the columns of kilnctl usage --csv)")
+	asCSV := f.csvFlag("print CSV with a header row (the columns of kilnctl usage --csv)")
 	if _, err := f.parse(args); err != nil {
 		return err
 	}
-	switch {
-	case *by != "" && *by != "day" && *by != "model" && *by != "org":
+	if *by != "" && *by != "day" && *by != "model" && *by != "org" {
 		return f.usageErr("--by %q: want day, model or org", *by)
-	case *asCSV && *f.json:
-		return f.usageErr("--csv and --json exclude each other")
-	}
-	if _, _, err := days(f, *fromArg, *toArg); err != nil {
-		return err
 	}
 	x, err := c.openExport(ctx, *where)
 	if err != nil {
@@ -174,16 +146,15 @@ func financeReport(ctx context.Context, c *cli, f *flags, args []string) error {
 		if err != nil {
 			return err
 		}
-		if inProgress, err = x.Records(ctx, *fromArg, *toArg, *orgID, w.write); err != nil {
+		if inProgress, err = x.Records(ctx, days.from, days.to, *orgID, w.write); err != nil {
 			return err
 		}
 		if err := w.close(); err != nil {
 			return err
 		}
 	} else {
-		groups := map[string]*usage.Totals{}
-		var total usage.Totals
-		if inProgress, err = x.Records(ctx, *fromArg, *toArg, *orgID, func(r finance.Record) error {
+		var g groups
+		if inProgress, err = x.Records(ctx, days.from, days.to, *orgID, func(r finance.Record) error {
 			k := r.Day
 			switch *by {
 			case "model":
@@ -191,17 +162,14 @@ func financeReport(ctx context.Context, c *cli, f *flags, args []string) error {
 			case "org":
 				k = r.OrgID
 			}
-			if groups[k] == nil {
-				groups[k] = &usage.Totals{}
-			}
-			if err := groups[k].Add(usage.TotalsOf(r.Event)); err != nil {
+			if err := g.add(k, usage.TotalsOf(r.Event)); err != nil {
 				return fmt.Errorf("sum cost at generation %s: %w", r.GenerationID, err)
 			}
-			return total.Add(usage.TotalsOf(r.Event))
+			return nil
 		}); err != nil {
 			return err
 		}
-		if err := writeFinanceRollup(out, *by, *fromArg, *toArg, groups, total, *asCSV, *f.json); err != nil {
+		if err := writeFinanceRollup(out, *by, days.from, days.to, g, *asCSV, *f.json); err != nil {
 			return err
 		}
 	}
@@ -222,6 +190,9 @@ type recordWriter struct {
 	total usage.Totals
 }
 
+// recordLine is a line of the text listing, the header's and each record's.
+const recordLine = "%-30s  %-30s  %-20s  %-14s  %-20s  %8v  %8v  %10v  %s\n"
+
 func newRecordWriter(w *bufio.Writer, asCSV, asJSON bool) (*recordWriter, error) {
 	rw := &recordWriter{w: w, json: asJSON}
 	var err error
@@ -232,7 +203,7 @@ func newRecordWriter(w *bufio.Writer, asCSV, asJSON bool) (*recordWriter, error)
 	case asJSON:
 		_, err = w.WriteString("[")
 	default:
-		_, err = fmt.Fprintf(w, "%-30s  %-30s  %-20s  %-14s  %-20s  %8s  %8s  %10s  %s\n",
+		_, err = fmt.Fprintf(w, recordLine,
 			"STARTED", "GENERATION", "ORG", "MODEL", "STATUS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
 	}
 	return rw, err
@@ -259,7 +230,7 @@ func (rw *recordWriter) write(r finance.Record) error {
 		_, err = rw.w.Write(b) // a bufio.Writer keeps its first error: this returns the earlier ones too
 		return err
 	}
-	_, err := fmt.Fprintf(rw.w, "%-30s  %-30s  %-20s  %-14s  %-20s  %8d  %8d  %10d  %s\n",
+	_, err := fmt.Fprintf(rw.w, recordLine,
 		exactTime(e.StartedAt), e.GenerationID, oneLine(e.OrgID), oneLine(orNone(e.Model)), e.Status,
 		e.PromptTokens, e.CachedTokens, e.CompletionTokens, usd(e.Cost))
 	return err
@@ -281,17 +252,17 @@ func (rw *recordWriter) close() error {
 	return err
 }
 
-func writeFinanceRollup(w io.Writer, by, from, to string, groups map[string]*usage.Totals, total usage.Totals, asCSV, asJSON bool) error {
+func writeFinanceRollup(w io.Writer, by, from, to string, g groups, asCSV, asJSON bool) error {
 	if !asJSON {
-		return writeRollup(w, by, groups, total, asCSV)
+		return writeRollup(w, by, g, asCSV)
 	}
 	type row struct {
 		Key string `json:"key"`
 		usage.Totals
 	}
-	rows := make([]row, 0, len(groups))
-	for _, k := range slices.Sorted(maps.Keys(groups)) {
-		rows = append(rows, row{k, *groups[k]})
+	rows := make([]row, 0, len(g.of))
+	for _, k := range g.keys() {
+		rows = append(rows, row{k, *g.of[k]})
 	}
 	return writeJSON(w, struct {
 		From  string       `json:"from"`
@@ -299,26 +270,22 @@ func writeFinanceRollup(w io.Writer, by, from, to string, groups map[string]*usa
 		By    string       `json:"by"`
 		Rows  []row        `json:"rows"`
 		Total usage.Totals `json:"total"`
-	}{from, to, by, rows, total})
+	}{from, to, by, rows, g.total})
 }
 
 // financeReconcile answers "kilnctl finance reconcile": per organization × UTC day, the ledger's
 // debits against the usage records against the aggregates, exit status 3 when anything differs.
 func financeReconcile(ctx context.Context, c *cli, f *flags, args []string) error {
 	where := f.required("export", "the export's `LOCATION`: s3://BUCKET/PREFIX, or a directory holding a copy of it (required)")
-	fromArg := f.String("from", "", "the first UTC `DAY`, such as 2026-11-01 (required)")
-	toArg := f.String("to", "", "the last UTC `DAY`, included (required)")
+	days := f.period()
 	if _, err := f.parse(args); err != nil {
-		return err
-	}
-	if _, _, err := days(f, *fromArg, *toArg); err != nil {
 		return err
 	}
 	x, err := c.openExport(ctx, *where)
 	if err != nil {
 		return err
 	}
-	res, err := x.Reconcile(ctx, finance.Options{From: *fromArg, To: *toArg})
+	res, err := x.Reconcile(ctx, finance.Options{From: days.from, To: days.to})
 	if err != nil {
 		return err
 	}

@@ -139,24 +139,19 @@ func orgShow(ctx context.Context, c *cli, f *flags, args []string) error {
 	return t.flush()
 }
 
-func orgSuspend(ctx context.Context, c *cli, f *flags, args []string) error {
-	return setStatus(ctx, c, f, args, store.OrgSuspended)
-}
-
-func orgResume(ctx context.Context, c *cli, f *flags, args []string) error {
-	return setStatus(ctx, c, f, args, store.OrgActive)
-}
-
-func setStatus(ctx context.Context, c *cli, f *flags, args []string, status store.OrgStatus) error {
-	pos, err := f.parse(args, "ID")
-	if err != nil {
-		return err
+// setStatus is org suspend (status suspended) and org resume (active).
+func setStatus(status store.OrgStatus) func(context.Context, *cli, *flags, []string) error {
+	return func(ctx context.Context, c *cli, f *flags, args []string) error {
+		pos, err := f.parse(args, "ID")
+		if err != nil {
+			return err
+		}
+		return updateOrg(ctx, c, f, pos[0], func(st store.Store, id string) error {
+			return st.SetOrgStatus(ctx, id, status)
+		}, func(o store.Org) string {
+			return fmt.Sprintf("organization %s is %s\n", o.ID, o.Status)
+		})
 	}
-	return updateOrg(ctx, c, f, pos[0], func(st store.Store, id string) error {
-		return st.SetOrgStatus(ctx, id, status)
-	}, func(o store.Org) string {
-		return fmt.Sprintf("organization %s is %s\n", o.ID, o.Status)
-	})
 }
 
 func orgSetLimit(ctx context.Context, c *cli, f *flags, args []string) error {

@@ -40,31 +40,21 @@ type rollup struct {
 
 func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
 	orgID := f.org()
-	fromArg := f.String("from", "", "the first UTC `DAY`, such as 2026-11-01 (required)")
-	toArg := f.String("to", "", "the last UTC `DAY`, included (required)")
+	days := f.period()
 	by := f.String("by", "", "roll up per `day` or per model instead of listing events")
-	asCSV := f.Bool("csv", false, "print CSV with a header row")
+	asCSV := f.csvFlag("print CSV with a header row")
 	if _, err := f.parse(args); err != nil {
 		return err
 	}
-	switch {
-	case *fromArg == "" || *toArg == "":
-		return f.usageErr("--from and --to are required")
-	case *by != "" && *by != "day" && *by != "model":
+	if *by != "" && *by != "day" && *by != "model" {
 		return f.usageErr("--by %q: want day or model", *by)
-	case *asCSV && *f.json:
-		return f.usageErr("--csv and --json exclude each other")
-	}
-	from, to, err := days(f, *fromArg, *toArg)
-	if err != nil {
-		return err
 	}
 	st, _, err := c.storeAndOrg(ctx, *orgID)
 	if err != nil {
 		return err
 	}
 	if *by == "" {
-		events, err := st.Usage(ctx, *orgID, from, to.AddDate(0, 0, 1))
+		events, err := st.Usage(ctx, *orgID, days.first, days.last.AddDate(0, 0, 1))
 		if err != nil {
 			return fmt.Errorf("usage of %s: %w", *orgID, err)
 		}
@@ -77,29 +67,23 @@ func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
 
 	// The roll-ups come from the aggregates (the usage pipeline's fold), not from the events:
 	// one row per day and model, however many requests.
-	daily, err := st.DailyRollups(ctx, *orgID, *fromArg, *toArg)
+	daily, err := st.DailyRollups(ctx, *orgID, days.from, days.to)
 	if err != nil {
 		return fmt.Errorf("usage of %s: %w", *orgID, err)
 	}
-	r := rollup{OrgID: *orgID, From: *fromArg, To: *toArg, By: *by, Rows: []rollupRow{}}
-	groups := map[string]*usage.Totals{}
+	var g groups
 	for _, d := range daily {
 		k := d.Day
 		if *by == "model" {
 			k = d.Model
 		}
-		if groups[k] == nil {
-			groups[k] = &usage.Totals{}
-		}
-		if err := groups[k].Add(d.Totals); err != nil {
+		if err := g.add(k, d.Totals); err != nil {
 			return fmt.Errorf("sum cost of %s: %w", k, err)
 		}
-		if err := r.Total.Add(d.Totals); err != nil {
-			return fmt.Errorf("sum cost: %w", err)
-		}
 	}
-	for _, k := range slices.Sorted(maps.Keys(groups)) {
-		row := rollupRow{Totals: *groups[k]}
+	r := rollup{OrgID: *orgID, From: days.from, To: days.to, By: *by, Rows: []rollupRow{}, Total: g.total}
+	for _, k := range g.keys() {
+		row := rollupRow{Totals: *g.of[k]}
 		if *by == "day" {
 			row.Day = k
 		} else {
@@ -110,25 +94,46 @@ func usageReport(ctx context.Context, c *cli, f *flags, args []string) error {
 	if *f.json {
 		return writeJSON(c.stdout, r)
 	}
-	return writeRollup(c.stdout, *by, groups, r.Total, *asCSV)
+	return writeRollup(c.stdout, *by, g, *asCSV)
 }
+
+// groups are the totals of a roll-up per key (a day, a model or an organization) and in all.
+type groups struct {
+	of    map[string]*usage.Totals
+	total usage.Totals
+}
+
+// add adds t to the totals of key and to the total.
+func (g *groups) add(key string, t usage.Totals) error {
+	if g.of[key] == nil {
+		if g.of == nil {
+			g.of = map[string]*usage.Totals{}
+		}
+		g.of[key] = &usage.Totals{}
+	}
+	if err := g.of[key].Add(t); err != nil {
+		return err
+	}
+	return g.total.Add(t)
+}
+
+func (g *groups) keys() []string { return slices.Sorted(maps.Keys(g.of)) }
 
 // writeRollup writes the totals of each group, in the order of their keys, as CSV or as a text
 // table with a total row: usage --by and finance report --by write the same columns.
-func writeRollup(w io.Writer, by string, groups map[string]*usage.Totals, total usage.Totals, asCSV bool) error {
-	keys := slices.Sorted(maps.Keys(groups))
+func writeRollup(w io.Writer, by string, g groups, asCSV bool) error {
 	if asCSV {
-		rows := make([][]string, 0, len(keys))
-		for _, k := range keys {
-			rows = append(rows, append(append([]string{k}, cells(*groups[k])...), groups[k].Cost.String()))
+		rows := make([][]string, 0, len(g.of))
+		for _, k := range g.keys() {
+			rows = append(rows, append(append([]string{k}, cells(*g.of[k])...), g.of[k].Cost.String()))
 		}
 		return writeCSV(w, []string{by, "requests", "prompt_tokens", "cached_tokens", "completion_tokens", "cost"}, rows)
 	}
 	t := newTable(w, strings.ToUpper(by), "REQUESTS", "PROMPT", "CACHED", "COMPLETION", "COST USD")
-	for _, k := range keys {
-		t.row(append(append([]string{orNone(k)}, cells(*groups[k])...), usd(groups[k].Cost))...)
+	for _, k := range g.keys() {
+		t.row(append(append([]string{orNone(k)}, cells(*g.of[k])...), usd(g.of[k].Cost))...)
 	}
-	t.row(append(append([]string{"total"}, cells(total)...), usd(total.Cost))...)
+	t.row(append(append([]string{"total"}, cells(g.total)...), usd(g.total.Cost))...)
 	return t.flush()
 }
 

@@ -69,21 +69,21 @@ func Open(ctx context.Context, where string, client *s3.Client) (*Export, error)
 	if err != nil {
 		return nil, err
 	}
-	objects, err := loc.list(ctx)
+	keys, err := loc.list(ctx)
 	if err != nil {
 		return nil, err
 	}
 	x := &Export{loc: loc}
-	present := make(map[string]bool, len(objects))
-	for _, o := range objects {
-		present[o.Key] = true
+	present := make(map[string]bool, len(keys))
+	for _, key := range keys {
+		present[key] = true
 	}
 	manifested := map[string]bool{}
-	for _, o := range objects {
-		if path.Base(o.Key) != "manifest-summary.json" {
+	for _, key := range keys {
+		if path.Base(key) != "manifest-summary.json" {
 			continue
 		}
-		p, err := x.readManifests(ctx, dirOf(o.Key), present)
+		p, err := x.readManifests(ctx, dirOf(key), present)
 		if err != nil {
 			return nil, err
 		}
@@ -91,24 +91,24 @@ func Open(ctx context.Context, where string, client *s3.Client) (*Export, error)
 		x.parts = append(x.parts, p)
 	}
 	bare := map[string]*part{}
-	for _, o := range objects {
-		if !isDataFile(o.Key) {
+	for _, key := range keys {
+		if !isDataFile(key) {
 			continue
 		}
-		dir := exportDir(o.Key)
-		if underAny(o.Key, manifested) {
+		dir := exportDir(key)
+		if underAny(key, manifested) {
 			continue // its export's manifest lists its files
 		}
 		if bare[dir] == nil {
 			bare[dir] = &part{dir: dir}
 		}
-		bare[dir].files = append(bare[dir].files, dataFile{key: o.Key, items: -1})
+		bare[dir].files = append(bare[dir].files, dataFile{key: key, items: -1})
 	}
 	for _, dir := range slices.Sorted(maps.Keys(bare)) {
 		x.parts = append(x.parts, bare[dir])
 	}
 	if len(x.parts) == 0 {
-		return nil, fmt.Errorf("export %s: %w", loc, errNoExport)
+		return nil, fmt.Errorf("export %s: no DynamoDB export there (no manifest-summary.json and no data files)", loc)
 	}
 	seen := map[Table]*part{}
 	for _, p := range x.parts {
@@ -200,12 +200,7 @@ func (x *Export) name(key string) string {
 }
 
 // dirOf is the directory of a key, ending in "/", or "".
-func dirOf(key string) string {
-	if i := strings.LastIndexByte(key, '/'); i >= 0 {
-		return key[:i+1]
-	}
-	return ""
-}
+func dirOf(key string) string { return key[:strings.LastIndexByte(key, '/')+1] }
 
 // exportDir is the export directory of a data file: what comes before its data/ folder.
 func exportDir(key string) string {
@@ -234,7 +229,7 @@ func isDataFile(key string) bool {
 	if strings.HasPrefix(base, "manifest-") || strings.HasPrefix(base, "_") || strings.HasPrefix(base, ".") {
 		return false
 	}
-	return strings.HasSuffix(base, ".json.gz") || strings.HasSuffix(base, ".gz") || strings.HasSuffix(base, ".json")
+	return strings.HasSuffix(base, ".gz") || strings.HasSuffix(base, ".json")
 }
 
 // errStop ends a read early without an error.

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
 	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
@@ -46,19 +44,14 @@ func (t Table) String() string {
 // month roll-up or pk a generation marker. The organizations table also has pk and sk, but
 // neither of those forms.
 func TableOf(it Item) Table {
-	_, org := it["org_id"].(*types.AttributeValueMemberS)
-	if _, ok := it["entry_id"].(*types.AttributeValueMemberS); ok && org {
+	f := ddbitem.NewReader(it)
+	org, pk, sk := f.OptStr("org_id"), f.OptStr("pk"), f.OptStr("sk")
+	switch {
+	case org != "" && f.OptStr("entry_id") != "":
 		return Ledger
-	}
-	if _, ok := it["generation_id"].(*types.AttributeValueMemberS); ok && org {
-		if _, agg := it["pk"]; !agg {
-			return Usage
-		}
-	}
-	pk, _ := it["pk"].(*types.AttributeValueMemberS)
-	sk, _ := it["sk"].(*types.AttributeValueMemberS)
-	if pk != nil && sk != nil &&
-		(strings.HasPrefix(sk.Value, dayPrefix) || strings.HasPrefix(sk.Value, monthPrefix) || strings.HasPrefix(pk.Value, markerPrefix)) {
+	case org != "" && f.OptStr("generation_id") != "" && !f.Has("pk"):
+		return Usage
+	case pk != "" && sk != "" && (strings.HasPrefix(sk, dayPrefix) || strings.HasPrefix(sk, monthPrefix) || strings.HasPrefix(pk, markerPrefix)):
 		return Aggregates
 	}
 	return Other
@@ -76,9 +69,6 @@ type Record struct {
 	usage.Event
 	Day string
 }
-
-// Rollup is one day × model roll-up of the aggregates table (its Month is empty).
-type Rollup = usage.Rollup
 
 // Marker is one generation marker of the aggregates table: the fold added this generation's cost
 // to the roll-ups of its organization and day.
@@ -130,16 +120,16 @@ func DecodeRecord(it Item) (Record, error) {
 // and so skipped by reports and reconciliations.
 func (r Record) InProgress() bool { return r.Status == usage.StatusInProgress }
 
-// DecodeAggregate reads an aggregates item: a day roll-up or a marker (ok true), or a month
-// roll-up (ok false: the reconciliation is per day).
-func DecodeAggregate(it Item) (r *Rollup, m *Marker, err error) {
+// DecodeAggregate reads an aggregates item: a day roll-up or a marker, or neither for a month
+// roll-up (the reconciliation is per day).
+func DecodeAggregate(it Item) (r *usage.Rollup, m *Marker, err error) {
 	f := ddbitem.NewReader(it)
 	pk, sk := f.Str("pk"), f.Str("sk")
 	switch {
 	case strings.HasPrefix(pk, markerPrefix):
 		m = &Marker{GenerationID: f.Str("generation_id"), OrgID: f.Str("org_id"), Day: f.Str("day"), Cost: money.Amount(f.Num("cost"))}
 	case strings.HasPrefix(sk, dayPrefix):
-		r = &Rollup{OrgID: pk, Day: f.Str("day"), Model: f.OptStr("model"), Totals: usage.Totals{
+		r = &usage.Rollup{OrgID: pk, Day: f.Str("day"), Model: f.OptStr("model"), Totals: usage.Totals{
 			Requests: f.Num("requests"), PromptTokens: f.OptNum("prompt_tokens"), CachedTokens: f.OptNum("cached_tokens"),
 			CompletionTokens: f.OptNum("completion_tokens"), Cost: money.Amount(f.Num("cost")),
 		}}

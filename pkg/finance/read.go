@@ -5,8 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
-
+	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/usage"
 )
 
@@ -146,8 +145,8 @@ func reconcileTables(ctx context.Context, tr TableReader, orgs []string, opt Opt
 				return err
 			}
 			if markers {
-				if g, ok := it["generation_id"].(*types.AttributeValueMemberS); ok {
-					if gens = append(gens, g.Value); len(gens) == 100 {
+				if g := ddbitem.NewReader(it).OptStr("generation_id"); g != "" {
+					if gens = append(gens, g); len(gens) == 100 {
 						return flush()
 					}
 				}

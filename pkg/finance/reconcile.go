@@ -16,6 +16,7 @@ import (
 
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/store"
+	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // Kinds of difference a reconciliation finds.
@@ -82,9 +83,8 @@ type Options struct {
 	// markers come with them (an export has them; the scheduled run over the tables reads
 	// only the roll-ups and compares them with the usage records).
 	Aggregates, Markers bool
-	TempDir             string // where generations are spilled; "" is os.TempDir()
-	Partitions          int    // spill files; 0 is 64
-	MaxListed           int    // differences listed; 0 is 1000
+	Partitions          int // spill files, in os.TempDir(); 0 is 64
+	MaxListed           int // differences listed; 0 is 1000
 }
 
 // Reconciler matches debits, usage records and markers per generation and sums them per
@@ -130,7 +130,7 @@ func NewReconciler(opt Options) (*Reconciler, error) {
 	if opt.MaxListed <= 0 {
 		opt.MaxListed = 1000
 	}
-	dir, err := os.MkdirTemp(opt.TempDir, "kiln-reconcile-")
+	dir, err := os.MkdirTemp("", "kiln-reconcile-")
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func (r *Reconciler) Item(t Table, it Item) error {
 }
 
 // rollup adds a day × model roll-up to its organization × day's sum.
-func (r *Reconciler) rollup(ro Rollup) error {
+func (r *Reconciler) rollup(ro usage.Rollup) error {
 	day, err := dayNumber(ro.Day)
 	if err != nil {
 		return fmt.Errorf("roll-up of %s: day %q", ro.OrgID, ro.Day)

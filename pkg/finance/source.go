@@ -2,7 +2,6 @@ package finance
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -14,16 +13,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
-// object is one file of an export location.
-type object struct {
-	Key  string // relative to the location's root, with / separators
-	Size int64
-}
-
 // location is where an export lies: a directory (a copy of the S3 prefix, as `aws s3 sync`
-// makes it) or an S3 prefix. Both list every file under their root and open one.
+// makes it) or an S3 prefix. Both list the key of every file under their root (relative to it,
+// with / separators) and open one.
 type location interface {
-	list(ctx context.Context) ([]object, error)
+	list(ctx context.Context) ([]string, error)
 	open(ctx context.Context, key string) (io.ReadCloser, error)
 	String() string
 }
@@ -60,8 +54,8 @@ type dirLocation string
 
 func (d dirLocation) String() string { return string(d) }
 
-func (d dirLocation) list(ctx context.Context) ([]object, error) {
-	var out []object
+func (d dirLocation) list(ctx context.Context) ([]string, error) {
+	var out []string
 	err := filepath.WalkDir(string(d), func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -69,16 +63,9 @@ func (d dirLocation) list(ctx context.Context) ([]object, error) {
 		if e.IsDir() {
 			return ctx.Err()
 		}
-		info, err := e.Info()
-		if err != nil {
-			return err
-		}
 		rel, err := filepath.Rel(string(d), path)
-		if err != nil {
-			return err
-		}
-		out = append(out, object{Key: filepath.ToSlash(rel), Size: info.Size()})
-		return nil
+		out = append(out, filepath.ToSlash(rel))
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", d, err)
@@ -98,8 +85,8 @@ type s3Location struct {
 
 func (s *s3Location) String() string { return "s3://" + s.bucket + "/" + s.prefix }
 
-func (s *s3Location) list(ctx context.Context) ([]object, error) {
-	var out []object
+func (s *s3Location) list(ctx context.Context) ([]string, error) {
+	var out []string
 	p := s3.NewListObjectsV2Paginator(s.client, &s3.ListObjectsV2Input{Bucket: aws.String(s.bucket), Prefix: aws.String(s.prefix)})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
@@ -111,7 +98,7 @@ func (s *s3Location) list(ctx context.Context) ([]object, error) {
 			if key == "" || strings.HasSuffix(key, "/") {
 				continue // the prefix itself, or a folder marker
 			}
-			out = append(out, object{Key: key, Size: aws.ToInt64(o.Size)})
+			out = append(out, key)
 		}
 	}
 	return out, nil
@@ -124,5 +111,3 @@ func (s *s3Location) open(ctx context.Context, key string) (io.ReadCloser, error
 	}
 	return out.Body, nil
 }
-
-var errNoExport = errors.New("no DynamoDB export there (no manifest-summary.json and no data files)")

@@ -20,9 +20,9 @@ type ExportRequest struct {
 	Bucket string
 	Prefix string
 	At     time.Time // the point in time; zero is now (DynamoDB's default)
-	// Poll is the pause between two looks at the exports' progress; 0 is 10 s.
+	// Poll is the pause between two looks at the exports' progress.
 	Poll time.Duration
-	// Progress receives a line per change of an export's status; nil discards.
+	// Progress receives a line per change of an export's status.
 	Progress io.Writer
 }
 
@@ -48,16 +48,6 @@ var ErrNoPITR = errors.New("point-in-time recovery is off")
 // all), and waits until each has completed, reporting progress. A failed export is an error
 // naming DynamoDB's reason.
 func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) ([]ExportInfo, error) {
-	if req.Bucket == "" {
-		return nil, errors.New("no bucket")
-	}
-	if req.Poll <= 0 {
-		req.Poll = 10 * time.Second
-	}
-	progress := req.Progress
-	if progress == nil {
-		progress = io.Discard
-	}
 	prefix := strings.Trim(req.Prefix, "/")
 	arns := make([]string, len(req.Tables))
 	for i, name := range req.Tables {
@@ -99,8 +89,9 @@ func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) (
 		case err != nil:
 			return nil, fmt.Errorf("export %s: %w", name, err)
 		}
-		infos[i] = describe(name, req.Bucket, *in.S3Prefix, out.ExportDescription)
-		fmt.Fprintf(progress, "export of %s started: %s\n", name, infos[i].ExportArn)
+		infos[i] = ExportInfo{Table: name, Location: "s3://" + req.Bucket + "/" + *in.S3Prefix + "/", Status: string(types.ExportStatusInProgress)}
+		infos[i].update(req.Bucket, out.ExportDescription)
+		fmt.Fprintf(req.Progress, "export of %s started: %s\n", name, infos[i].ExportArn)
 	}
 	for {
 		pending := 0
@@ -113,9 +104,9 @@ func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) (
 				return nil, fmt.Errorf("export of %s: %w", infos[i].Table, err)
 			}
 			before := infos[i].Status
-			infos[i] = describe(infos[i].Table, req.Bucket, strings.TrimPrefix(prefix+"/"+infos[i].Table, "/"), out.ExportDescription)
+			infos[i].update(req.Bucket, out.ExportDescription)
 			if infos[i].Status != before {
-				fmt.Fprintf(progress, "export of %s: %s\n", infos[i].Table, strings.ToLower(infos[i].Status))
+				fmt.Fprintf(req.Progress, "export of %s: %s\n", infos[i].Table, strings.ToLower(infos[i].Status))
 			}
 			if d := out.ExportDescription; infos[i].Status == string(types.ExportStatusFailed) {
 				return nil, fmt.Errorf("export of %s failed: %s %s", infos[i].Table, aws.ToString(d.FailureCode), aws.ToString(d.FailureMessage))
@@ -127,7 +118,7 @@ func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) (
 		if pending == 0 {
 			break
 		}
-		fmt.Fprintf(progress, "waiting for %d export(s)…\n", pending)
+		fmt.Fprintf(req.Progress, "waiting for %d export(s)…\n", pending)
 		select {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("waiting for the exports (they go on in DynamoDB): %w", ctx.Err())
@@ -142,10 +133,10 @@ func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) (
 	return infos, nil
 }
 
-func describe(table, bucket, prefix string, d *types.ExportDescription) ExportInfo {
-	info := ExportInfo{Table: table, Location: "s3://" + bucket + "/" + prefix + "/", Status: string(types.ExportStatusInProgress)}
+// update takes what DynamoDB says of the export into info.
+func (info *ExportInfo) update(bucket string, d *types.ExportDescription) {
 	if d == nil {
-		return info
+		return
 	}
 	info.ExportArn = aws.ToString(d.ExportArn)
 	if d.ExportStatus != "" {
@@ -159,5 +150,4 @@ func describe(table, bucket, prefix string, d *types.ExportDescription) ExportIn
 	if m := aws.ToString(d.ExportManifest); m != "" {
 		info.Manifest = "s3://" + bucket + "/" + m
 	}
-	return info
 }

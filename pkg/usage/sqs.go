@@ -24,6 +24,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/neocloud/kiln/pkg/ddbitem"
 )
 
 // The envelope fields of the usage events the gateway published with PutEvents before the usage
@@ -48,23 +50,6 @@ type Handler struct {
 	log *slog.Logger
 }
 
-// Invoke is the function's entry point: an SQS batch (Records) goes to Handle. Anything else is
-// an error, so that a misrouted trigger is noticed.
-func (h *Handler) Invoke(ctx context.Context, payload json.RawMessage) (any, error) {
-	var in struct {
-		events.SQSEvent
-		Source     string `json:"source"` // an EventBridge event's, to name it in the error
-		DetailType string `json:"detail-type"`
-	}
-	if err := json.Unmarshal(payload, &in); err != nil {
-		return nil, fmt.Errorf("invocation payload: %w", err)
-	}
-	if in.Records == nil {
-		return nil, fmt.Errorf("unexpected invocation (source %q, detail-type %q): want an SQS batch", in.Source, in.DetailType)
-	}
-	return h.Handle(ctx, in.SQSEvent)
-}
-
 // NewHandler returns a Handler that hands valid events to rec. A nil log discards.
 func NewHandler(rec Recorder, log *slog.Logger) *Handler {
 	if log == nil {
@@ -81,11 +66,18 @@ func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQS
 	var es []Event
 	var at []int // the message of each event
 	for i, m := range batch.Records {
-		e, ok, err := h.decode(ctx, m)
+		if err := ctx.Err(); err != nil {
+			errs[i] = fmt.Errorf("not processed before the invocation ended: %w", err)
+			continue
+		}
+		e, err := Decode([]byte(m.Body))
 		switch {
+		case errors.Is(err, ErrNotFinal): // acknowledged: nothing to fold
+			h.log.LogAttrs(ctx, slog.LevelWarn, "usage message skipped: the pipe's filter should have kept it off the queue",
+				slog.String("message_id", m.MessageId), slog.String("reason", err.Error()))
 		case err != nil:
 			errs[i] = err
-		case ok:
+		default:
 			es = append(es, e)
 			at = append(at, i)
 		}
@@ -107,34 +99,17 @@ func (h *Handler) Handle(ctx context.Context, batch events.SQSEvent) (events.SQS
 	return resp, nil
 }
 
-// decode reads one message's event; ok is false for a message to acknowledge without one.
-func (h *Handler) decode(ctx context.Context, m events.SQSMessage) (e Event, ok bool, err error) {
-	if err := ctx.Err(); err != nil {
-		return e, false, fmt.Errorf("not processed before the invocation ended: %w", err)
-	}
-	e, err = Decode([]byte(m.Body))
-	if errors.Is(err, ErrNotFinal) {
-		h.log.LogAttrs(ctx, slog.LevelWarn, "usage message skipped: the pipe's filter should have kept it off the queue",
-			slog.String("message_id", m.MessageId), slog.String("reason", err.Error()))
-		return e, false, nil
-	}
-	if err != nil {
-		return e, false, err
-	}
-	return e, true, nil
-}
-
 // Decode reads one message body, validated: a DynamoDB stream record of the usage table, as the
 // pipe delivers it, or an EventBridge envelope with the usage event in its detail. A record that
 // holds no final usage record is ErrNotFinal. In an envelope every field of the event is required
 // and no other is allowed (the schema is events/usage-event.schema.json).
 func Decode(body []byte) (Event, error) {
-	if isStreamRecord(body) {
-		return decodeStreamRecord(body)
-	}
-	var env events.EventBridgeEvent
+	var env message
 	if err := json.Unmarshal(body, &env); err != nil {
 		return Event{}, fmt.Errorf("neither a DynamoDB stream record nor an EventBridge envelope: %w", err)
+	}
+	if env.EventSource == StreamEventSource {
+		return decodeStreamRecord(env)
 	}
 	if env.Source != EnvelopeSource || env.DetailType != EnvelopeDetailType {
 		return Event{}, fmt.Errorf("envelope source %q, detail-type %q: want %q, %q", env.Source, env.DetailType, EnvelopeSource, EnvelopeDetailType)
@@ -165,6 +140,19 @@ func Decode(body []byte) (Event, error) {
 		return Event{}, err
 	}
 	return e, nil
+}
+
+// message is one message body: a DynamoDB stream record (eventSource aws:dynamodb, its
+// NewImage the usage item in DynamoDB JSON) or an EventBridge envelope (the event its detail).
+type message struct {
+	EventSource string `json:"eventSource"`
+	EventName   string `json:"eventName"`
+	Change      struct {
+		NewImage ddbitem.JSONItem `json:"NewImage"`
+	} `json:"dynamodb"`
+	Source     string          `json:"source"`
+	DetailType string          `json:"detail-type"`
+	Detail     json.RawMessage `json:"detail"`
 }
 
 var generationID = regexp.MustCompile(`^gen-[0-9A-Za-z]{1,64}$`)

@@ -1,13 +1,8 @@
 package usage
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
-
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/money"
@@ -24,18 +19,9 @@ var ErrNotFinal = errors.New("not a final usage record")
 
 // decodeStreamRecord reads what an EventBridge Pipe puts on the queue from the usage table's
 // DynamoDB stream: the stream record itself as the message body (no envelope, no input
-// template), its NewImage the usage item in DynamoDB JSON (EventItem is its shape;
-// docs/dynamodb.md lists its attributes).
-func decodeStreamRecord(body []byte) (Event, error) {
-	var r struct {
-		EventName string `json:"eventName"`
-		Change    struct {
-			NewImage ddbitem.JSONItem `json:"NewImage"`
-		} `json:"dynamodb"`
-	}
-	if err := json.Unmarshal(body, &r); err != nil {
-		return Event{}, fmt.Errorf("not a DynamoDB stream record: %w", err)
-	}
+// template), its NewImage the usage item (EventItem is its shape; docs/dynamodb.md lists its
+// attributes).
+func decodeStreamRecord(r message) (Event, error) {
 	switch r.EventName {
 	case "INSERT", "MODIFY":
 	case "REMOVE":
@@ -50,51 +36,24 @@ func decodeStreamRecord(body []byte) (Event, error) {
 	if err != nil {
 		return Event{}, fmt.Errorf("not a DynamoDB stream record: NewImage: %w", err)
 	}
-	if s, ok := it["status"].(*types.AttributeValueMemberS); ok && s.Value == string(StatusInProgress) {
-		return Event{}, fmt.Errorf("usage item %s: %w", attrText(it, "generation_id"), ErrNotFinal)
+	// Messages name the item by its generation id, bounded: the id is not validated yet.
+	f := ddbitem.NewReader(it)
+	id := fmt.Sprintf("%.80q", f.OptStr("generation_id"))
+	if f.OptStr("status") == string(StatusInProgress) {
+		return Event{}, fmt.Errorf("usage item %s: %w", id, ErrNotFinal)
 	}
 	e, err := DecodeItem(it)
-	if err == nil {
-		err = costAgrees(it, e.Cost)
+	if usd := f.OptStr("cost_usd"); err == nil && usd != "" {
+		// cost_usd is for people reading the table; it must say what cost says.
+		if c, perr := money.Parse(usd); perr != nil || c != e.Cost {
+			err = fmt.Errorf("cost_usd %q disagrees with cost %s", usd, e.Cost)
+		}
 	}
 	if err != nil {
-		return Event{}, fmt.Errorf("usage item %s: %w", attrText(it, "generation_id"), err)
+		return Event{}, fmt.Errorf("usage item %s: %w", id, err)
 	}
 	if err := Validate(e); err != nil {
 		return Event{}, err
 	}
 	return e, nil
-}
-
-// costAgrees checks the usage item's cost_usd, when present, against its cost in picodollars.
-func costAgrees(it ddbitem.Item, cost money.Amount) error {
-	v, ok := it["cost_usd"].(*types.AttributeValueMemberS)
-	if !ok {
-		return nil
-	}
-	if usd, err := money.Parse(v.Value); err != nil || usd != cost {
-		return fmt.Errorf("cost_usd %q disagrees with cost %s", v.Value, cost)
-	}
-	return nil
-}
-
-// attrText is a string attribute for messages, bounded, or "?".
-func attrText(it ddbitem.Item, name string) string {
-	v, ok := it[name].(*types.AttributeValueMemberS)
-	if !ok {
-		return "?"
-	}
-	s := v.Value
-	if len(s) > 80 {
-		s = s[:80] + "…"
-	}
-	return strconv.Quote(s)
-}
-
-// isStreamRecord tells a stream record from an EventBridge envelope by its eventSource member.
-func isStreamRecord(body []byte) bool {
-	var probe struct {
-		EventSource string `json:"eventSource"`
-	}
-	return bytes.Contains(body, []byte(`"eventSource"`)) && json.Unmarshal(body, &probe) == nil && probe.EventSource == StreamEventSource
 }

@@ -24,15 +24,13 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams/types"
+
+	"github.com/neocloud/kiln/pkg/usage"
 )
 
 // BatchSize is the pipe's source batch size: ten, the most an SQS target takes in one
 // SendMessageBatch.
 const BatchSize = 10
-
-// StatusInProgress is the status of a usage item whose request is still running: not a final
-// usage record, so not passed on.
-const StatusInProgress = "in_progress"
 
 // FilterPattern is the pipe's filter as template.yaml gives it to EventBridge (UsagePipe
 // FilterCriteria); Keep applies it here.
@@ -45,7 +43,7 @@ func Keep(r events.DynamoDBEventRecord) bool {
 		return false
 	}
 	s, ok := r.Change.NewImage["status"]
-	return ok && s.DataType() == events.DataTypeString && s.String() != StatusInProgress
+	return ok && s.DataType() == events.DataTypeString && s.String() != string(usage.StatusInProgress)
 }
 
 // Target takes one batch of message bodies, in stream order. An error means the batch (or the
@@ -255,7 +253,7 @@ func (p *Pipe) record(r types.Record) events.DynamoDBEventRecord {
 		AWSRegion:      cmp.Or(aws.ToString(r.AwsRegion), p.region),
 		EventID:        aws.ToString(r.EventID),
 		EventName:      string(r.EventName),
-		EventSource:    cmp.Or(aws.ToString(r.EventSource), "aws:dynamodb"),
+		EventSource:    cmp.Or(aws.ToString(r.EventSource), usage.StreamEventSource),
 		EventVersion:   aws.ToString(r.EventVersion),
 		EventSourceArn: p.streamARN,
 	}

@@ -126,7 +126,7 @@ func TestPipeCarriesSettledUsage(t *testing.T) {
 	running := map[string]ddbtypes.AttributeValue{
 		"org_id":        &ddbtypes.AttributeValueMemberS{Value: "org_acme"},
 		"generation_id": &ddbtypes.AttributeValueMemberS{Value: "gen-RUNNING"},
-		"status":        &ddbtypes.AttributeValueMemberS{Value: pipe.StatusInProgress},
+		"status":        &ddbtypes.AttributeValueMemberS{Value: string(usage.StatusInProgress)},
 	}
 	if _, err := st.Client().PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(st.Tables().Usage), Item: running}); err != nil {
 		t.Fatal(err)
@@ -239,7 +239,7 @@ func writeSample(t *testing.T, bodies []string, arn, table string) {
 		fix(bodies[0]),
 		fix(bodies[1]),
 		modify(func(img map[string]events.DynamoDBAttributeValue) {
-			img["status"] = events.NewStringAttribute(pipe.StatusInProgress)
+			img["status"] = events.NewStringAttribute(string(usage.StatusInProgress))
 		}),
 		modify(func(img map[string]events.DynamoDBAttributeValue) {
 			delete(img, "cost")
