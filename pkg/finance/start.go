@@ -1,6 +1,7 @@
 package finance
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,9 +21,9 @@ type ExportRequest struct {
 	Bucket string
 	Prefix string
 	At     time.Time // the point in time; zero is now (DynamoDB's default)
-	// Poll is the pause between two looks at the exports' progress.
+	// Poll is the pause between two looks at the exports' progress; 0 is 10 s.
 	Poll time.Duration
-	// Progress receives a line per change of an export's status.
+	// Progress receives a line per change of an export's status; nil discards.
 	Progress io.Writer
 }
 
@@ -48,6 +49,10 @@ var ErrNoPITR = errors.New("point-in-time recovery is off")
 // all), and waits until each has completed, reporting progress. A failed export is an error
 // naming DynamoDB's reason.
 func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) ([]ExportInfo, error) {
+	req.Poll = cmp.Or(req.Poll, 10*time.Second) // never a busy loop against DynamoDB
+	if req.Progress == nil {
+		req.Progress = io.Discard
+	}
 	prefix := strings.Trim(req.Prefix, "/")
 	arns := make([]string, len(req.Tables))
 	for i, name := range req.Tables {
