@@ -48,10 +48,9 @@ func (s server) rateLoop(rate float64, dur time.Duration) phase {
 
 // rateResults are the rate phases of a run.
 type rateResults struct {
-	rows     []*rateRow
-	phaseFor time.Duration // one phase at 20/s
-	err      error         // what kept a row from being measured
-	errs     []string      // what went wrong in the phases measured
+	rows []*rateRow
+	err  error    // what kept a row from being measured
+	errs []string // what went wrong in the phases measured
 }
 
 // lowRate is the rate at which Lambda's figure is measured: one instance serving one request at
@@ -62,7 +61,7 @@ const lowRate = 20
 // highRate, then, on DynamoDB Local, the local server and the Lambda bootstrap at lowRate; each
 // with the baseline gateway (cfg.BaselineBin) beside it when there is one.
 func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults {
-	res := rateResults{phaseFor: cfg.RateFor}
+	var res rateResults
 	sqlite := &rateRow{what: "embedded store", rate: lowRate, target: 1.2, gateway: st.server("gateway", st.gw, st.key)}
 	sqliteHigh := &rateRow{what: "embedded store", rate: 500, gateway: sqlite.gateway}
 	// What any Go net/http proxy costs here at the same rate: one request in, one round trip out.
