@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"io"
 	"maps"
-	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"strconv"
@@ -26,7 +26,7 @@ import (
 // request signatures, so rewriting the body after the SDK signed it is harmless here.
 type capacityCounter struct {
 	URL string // the proxy's endpoint, for KILN_DYNAMODB_ENDPOINT
-	srv *http.Server
+	srv *httptest.Server
 
 	mu     sync.Mutex
 	ops    map[string]opCapacity
@@ -44,24 +44,19 @@ func startCapacityCounter(target string) (*capacityCounter, error) {
 	if err != nil {
 		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	c := &capacityCounter{URL: "http://" + ln.Addr().String(), ops: map[string]opCapacity{}, tables: map[string]float64{}}
-	rp := &httputil.ReverseProxy{
+	c := &capacityCounter{ops: map[string]opCapacity{}, tables: map[string]float64{}}
+	c.srv = httptest.NewServer(&httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(u)
 			askCapacity(r.Out)
 		},
 		ModifyResponse: c.count,
-	}
-	c.srv = &http.Server{Handler: rp}
-	go func() { _ = c.srv.Serve(ln) }()
+	})
+	c.URL = c.srv.URL
 	return c, nil
 }
 
-func (c *capacityCounter) close() { _ = c.srv.Close() }
+func (c *capacityCounter) close() { c.srv.Close() }
 
 // askCapacity adds ReturnConsumedCapacity INDEXES to a DynamoDB JSON request.
 func askCapacity(r *http.Request) {
@@ -72,9 +67,7 @@ func askCapacity(r *http.Request) {
 	_ = r.Body.Close()
 	var in map[string]json.RawMessage
 	if err == nil && json.Unmarshal(b, &in) == nil && in != nil {
-		switch operation(r) {
-		case "GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "BatchGetItem", "BatchWriteItem",
-			"TransactWriteItems", "TransactGetItems":
+		if _, ok := capacityOps[operation(r)]; ok {
 			in["ReturnConsumedCapacity"] = json.RawMessage(`"INDEXES"`)
 			if nb, err := json.Marshal(in); err == nil {
 				b = nb
@@ -163,7 +156,7 @@ func (c *capacityCounter) count(resp *http.Response) error {
 		r, w := u.ReadCapacityUnits, u.WriteCapacityUnits
 		if r == 0 && w == 0 {
 			// Only the total: reads and writes are told apart by the operation.
-			if readOp(op) {
+			if capacityOps[op] {
 				r = u.CapacityUnits
 			} else {
 				w = u.CapacityUnits
@@ -171,7 +164,7 @@ func (c *capacityCounter) count(resp *http.Response) error {
 		}
 		o.Read += r
 		o.Write += w
-		if readOp(op) {
+		if capacityOps[op] {
 			continue // c.tables holds write units
 		}
 		table := u.CapacityUnits
@@ -189,13 +182,10 @@ func (c *capacityCounter) count(resp *http.Response) error {
 	return nil
 }
 
-func readOp(op string) bool {
-	switch op {
-	case "GetItem", "Query", "Scan", "BatchGetItem", "TransactGetItems":
-		return true
-	}
-	return false
-}
+// capacityOps are the operations that can return their consumed capacity, each true when it
+// reads (false when it writes).
+var capacityOps = map[string]bool{"GetItem": true, "Query": true, "Scan": true, "BatchGetItem": true, "TransactGetItems": true,
+	"PutItem": false, "UpdateItem": false, "DeleteItem": false, "BatchWriteItem": false, "TransactWriteItems": false}
 
 // take returns what was counted since the last take, by operation and by table, and starts
 // again from zero.

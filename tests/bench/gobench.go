@@ -104,12 +104,15 @@ func findGoBench(list []*goBench, name string) *goBench {
 // BenchmarkStreamChunk's two stream lengths (pkg/gateway/bench_test.go).
 const longChunkTokens, shortChunkTokens = 1000, 16
 
-// relayPerChunk is what the gateway adds per relayed chunk in BenchmarkStreamChunk, in one of its
-// units ("allocs/op", "B/op", "ns/op"): the cost of one more chunk — (the 1,000-token stream's
-// − the 16-token stream's) / 984, which leaves out the work done once per request — through the
-// gateway, less the same from the simulator alone. ok is false when a benchmark is missing.
-func relayPerChunk(list []*goBench, unit string) (added float64, ok bool) {
-	perChunk := func(target string) (float64, bool) {
+// overhead is what the gateway adds over the simulator in a Go benchmark: allocations, bytes and µs.
+type overhead struct{ Allocs, Bytes, Micros float64 }
+
+// relayPerChunk is what the gateway adds per relayed chunk in BenchmarkStreamChunk: the cost of
+// one more chunk — (the 1,000-token stream's − the 16-token stream's) / 984, which leaves out the
+// work done once per request — through the gateway, less the same from the simulator alone; nil
+// when a benchmark or a unit is missing.
+func relayPerChunk(list []*goBench) *overhead {
+	perChunk := func(target, unit string) (float64, bool) {
 		long := findGoBench(list, fmt.Sprintf("BenchmarkStreamChunk/tokens=%d/%s", longChunkTokens, target))
 		short := findGoBench(list, fmt.Sprintf("BenchmarkStreamChunk/tokens=%d/%s", shortChunkTokens, target))
 		if long == nil || short == nil || len(long.Values[unit]) == 0 || len(short.Values[unit]) == 0 {
@@ -117,7 +120,14 @@ func relayPerChunk(list []*goBench, unit string) (added float64, ok bool) {
 		}
 		return (long.Values[unit].median() - short.Values[unit].median()) / (longChunkTokens - shortChunkTokens), true
 	}
-	g, gok := perChunk("gateway")
-	s, sok := perChunk("simulator")
-	return g - s, gok && sok
+	var a [3]float64
+	for i, unit := range []string{"allocs/op", "B/op", "ns/op"} {
+		g, gok := perChunk("gateway", unit)
+		s, sok := perChunk("simulator", unit)
+		if !gok || !sok {
+			return nil
+		}
+		a[i] = g - s
+	}
+	return &overhead{a[0], a[1], a[2] / 1000}
 }

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,7 +145,7 @@ func functionURLEvent(repo, key string, body []byte) ([]byte, error) {
 // is queued, as the real one does between invocations), and each invocation's response is read
 // to its end as it streams in.
 type bootstrap struct {
-	srv     *http.Server
+	srv     *httptest.Server
 	queue   chan invocation
 	asked   chan time.Time // when the function first asked for an invocation: its init had ended
 	ended   chan invocationEnd
@@ -164,19 +164,13 @@ type bootstrap struct {
 // bootstrap), so that its init runs under the limit and the Go runtime sees it as it would on
 // Lambda.
 func startBootstrap(task string, env []string, limit *cpuLimit, first []byte, logPath string) (*bootstrap, invocationEnd, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, invocationEnd{}, err
 	}
 	b := &bootstrap{queue: make(chan invocation, 1), asked: make(chan time.Time, 1), ended: make(chan invocationEnd, 4),
 		logPath: logPath, exited: make(chan struct{}), n: 1}
-	b.srv = &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = b.srv.Serve(ln) }()
-	logf, err := os.Create(logPath)
-	if err != nil {
-		_ = b.srv.Close()
-		return nil, invocationEnd{}, err
-	}
+	b.srv = httptest.NewServer(b)
 	defer logf.Close() // the child holds its own descriptor
 	bin := filepath.Join(task, "bootstrap")
 	cmd := exec.Command(bin)
@@ -186,7 +180,7 @@ func startBootstrap(task string, env []string, limit *cpuLimit, first []byte, lo
 	cmd.Dir = task
 	// Later entries of env win: AWS_LAMBDA_FUNCTION_MEMORY_SIZE among them.
 	cmd.Env = append([]string{
-		"AWS_LAMBDA_RUNTIME_API=" + ln.Addr().String(),
+		"AWS_LAMBDA_RUNTIME_API=" + b.srv.Listener.Addr().String(),
 		"AWS_LAMBDA_FUNCTION_NAME=kiln-bench-gateway",
 		"AWS_LAMBDA_FUNCTION_VERSION=$LATEST",
 		"AWS_LAMBDA_FUNCTION_MEMORY_SIZE=1024",
@@ -202,7 +196,7 @@ func startBootstrap(task string, env []string, limit *cpuLimit, first []byte, lo
 	b.queue <- invocation{id: requestID(1), event: first}
 	b.started = time.Now()
 	if err := cmd.Start(); err != nil {
-		_ = b.srv.Close()
+		b.srv.Close()
 		return nil, invocationEnd{}, err
 	}
 	go func() { _ = cmd.Wait(); close(b.exited) }()
@@ -252,7 +246,7 @@ func (b *bootstrap) wait(id string) (invocationEnd, error) {
 func (b *bootstrap) stop() {
 	_ = b.cmd.Process.Kill()
 	<-b.exited
-	_ = b.srv.Close()
+	b.srv.Close()
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -337,19 +331,14 @@ func readResponse(r *http.Request) invocationEnd {
 	var buf bytes.Buffer
 	chunk := make([]byte, 32<<10)
 	var err error
-	for {
-		n, rerr := r.Body.Read(chunk)
+	for err == nil {
+		var n int
+		n, err = r.Body.Read(chunk)
 		buf.Write(chunk[:n])
-		if n > 0 && e.first.IsZero() {
+		if e.first.IsZero() {
 			if _, body, ok := bytes.Cut(buf.Bytes(), make([]byte, 8)); ok && (bytes.HasPrefix(body, []byte("data:")) || bytes.Contains(body, []byte("\ndata:"))) {
 				e.first = time.Now()
 			}
-		}
-		if rerr != nil {
-			if rerr != io.EOF {
-				err = rerr
-			}
-			break
 		}
 	}
 	b := buf.Bytes()
@@ -359,7 +348,7 @@ func readResponse(r *http.Request) invocationEnd {
 		StatusCode int `json:"statusCode"`
 	}
 	switch {
-	case err != nil:
+	case err != io.EOF:
 		e.err = fmt.Errorf("read the response: %w", err)
 	case r.Header.Get("Content-Type") != integrationResponse:
 		e.err = fmt.Errorf("response of type %q, want %q: %.300s", r.Header.Get("Content-Type"), integrationResponse, b)

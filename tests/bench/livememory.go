@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/neocloud/kiln/tests/internal/build"
 )
 
 // memStats are the figures of the runtime's MemStats that open streams grow.
@@ -26,26 +29,36 @@ type liveMemoryResult struct {
 	PerStream memStats // bytes
 }
 
-// measureLiveMemory counts, on a stack of its own, what n open streams hold in the gateway by the
-// runtime's own count after a collection, which RSS blurs with garbage not yet collected. The
-// gateway there is functions/gateway built with -tags pprof, a pprof listener added, which serves the
-// counts: its MemStats are read before the streams open and while they are open.
-func measureLiveMemory(cfg Config, n int) (liveMemoryResult, error) {
+// measureLiveMemory counts what n open streams hold in a gateway by the runtime's own count after
+// a collection, which RSS blurs with garbage not yet collected: functions/gateway built with
+// -tags pprof, a pprof listener added, which serves the counts, started in front of the run's
+// simulator on an embedded store of its own. Its MemStats are read before the streams open and
+// while they are open.
+func measureLiveMemory(st *stack, n int) (liveMemoryResult, error) {
 	pprofAddr, err := freeAddr()
 	if err != nil {
 		return liveMemoryResult{}, err
 	}
-	st, err := setUp(cfg, "pprof", []string{"KILN_BENCH_PPROF_ADDR=" + pprofAddr})
+	dir, err := os.MkdirTemp(st.dir, "live-")
 	if err != nil {
 		return liveMemoryResult{}, err
 	}
-	defer st.close()
-	closedLoop(st.gateway, nonStreaming, 8, 0, time.Second, watch{}) // as the RSS phase, after a warm-up
+	bins, err := build.In(st.repo, dir, []string{"-trimpath", "-tags=pprof"}, "./functions/gateway")
+	if err != nil {
+		return liveMemoryResult{}, err
+	}
+	p, key, err := st.startGateway("gateway (pprof)", bins[0], dir, "KILN_BENCH_PPROF_ADDR="+pprofAddr)
+	if err != nil {
+		return liveMemoryResult{}, err
+	}
+	defer p.stop()
+	t := st.through(p, key)
+	closedLoop(t, nonStreaming, 8, 0, time.Second, watch{}) // as the RSS phase, after a warm-up
 	before, err := liveMemory(pprofAddr)
 	if err != nil {
 		return liveMemoryResult{}, err
 	}
-	opened, closeAll, err := openStreams(st.gateway, n, 30*time.Second)
+	opened, closeAll, err := openStreams(t, n, 30*time.Second)
 	defer closeAll()
 	if err != nil || opened == 0 {
 		return liveMemoryResult{}, fmt.Errorf("%d of %d streams opened: %v", opened, n, err)

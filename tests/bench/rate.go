@@ -40,18 +40,17 @@ func (p phase) cpuPerRequest() float64 { return perUnit(ms(p.cpu["server"]), p, 
 // answered.
 func (p phase) switchesPerRequest() float64 { return perUnit(float64(p.switches["server"]), p, false) }
 
-// rateLoop sends requests to s at rate for dur, each at its due time whatever the answers' pace,
-// and reads s's CPU and context switches (as "server") before the first and after the last
-// answer.
-func rateLoop(s server, rate float64, dur time.Duration) phase {
+// rateLoop sends requests to s at rate for dur (see paced), its CPU and context switches
+// accounted as "server".
+func (s server) rateLoop(rate float64, dur time.Duration) phase {
 	return paced(rate, dur, 0, s.send, watch{"server": s.pid})
 }
 
 // rateResults are the rate phases of a run.
 type rateResults struct {
-	rows     []*rateRow
-	phaseFor time.Duration // one phase at 20/s
-	err      error         // what kept a row from being measured
+	rows []*rateRow
+	err  error    // what kept a row from being measured
+	errs []string // what went wrong in the phases measured
 }
 
 // lowRate is the rate at which Lambda's figure is measured: one instance serving one request at
@@ -62,7 +61,7 @@ const lowRate = 20
 // highRate, then, on DynamoDB Local, the local server and the Lambda bootstrap at lowRate; each
 // with the baseline gateway (cfg.BaselineBin) beside it when there is one.
 func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults {
-	res := rateResults{phaseFor: cfg.RateFor}
+	var res rateResults
 	sqlite := &rateRow{what: "embedded store", rate: lowRate, target: 1.2, gateway: st.server("gateway", st.gw, st.key)}
 	sqliteHigh := &rateRow{what: "embedded store", rate: 500, gateway: sqlite.gateway}
 	// What any Go net/http proxy costs here at the same rate: one request in, one round trip out.
@@ -97,7 +96,7 @@ func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults 
 	// rounds whose order reverses every round, the baseline beside the gateway.
 	for _, row := range res.rows {
 		for _, s := range row.servers() {
-			rateLoop(*s, row.rate, time.Second)
+			s.rateLoop(row.rate, time.Second)
 		}
 	}
 	for r := range cfg.RateRounds {
@@ -111,9 +110,12 @@ func measureRates(cfg Config, st *stack, logf func(string, ...any)) rateResults 
 			for _, i := range alternate(r, []int{0, 1}[:len(servers)]) {
 				s := servers[i]
 				logf("rate %.0f/s, %s round %d: measuring %s (pid %d) for %v", row.rate, row.what, r+1, s.name, s.pid, dur)
-				got[i] = rateLoop(*s, row.rate, dur)
+				got[i] = s.rateLoop(row.rate, dur)
 				logf("rate %.0f/s, %s round %d: %s %.3f ms CPU, %.1f context switches per request (%d requests, %d errors, p50 %v)",
 					row.rate, row.what, r+1, s.name, got[i].cpuPerRequest(), got[i].switchesPerRequest(), len(got[i].total), got[i].errs, got[i].total.q(.5))
+				if err := got[i].firstErr; err != nil {
+					res.errs = append(res.errs, fmt.Sprintf("rate %.0f/s, %s round %d, %s: %v", row.rate, row.what, r+1, s.name, err))
+				}
 			}
 			row.gw = append(row.gw, got[0])
 			if row.baseline != nil {
@@ -179,20 +181,4 @@ func dynamoRateRows(cfg Config, st *stack) (rows []*rateRow, stop []func(), err 
 			return err
 		}}})
 	return rows, stop, nil
-}
-
-// errors are what went wrong in the rate phases, for the run's list.
-func (rs rateResults) errors() []string {
-	var out []string
-	if rs.err != nil {
-		out = append(out, rs.err.Error())
-	}
-	for _, row := range rs.rows {
-		for i, ph := range append(slices.Clone(row.gw), row.base...) {
-			if ph.firstErr != nil {
-				out = append(out, fmt.Sprintf("rate %.0f/s, %s, phase %d: %v", row.rate, row.what, i+1, ph.firstErr))
-			}
-		}
-	}
-	return out
 }

@@ -6,7 +6,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -24,7 +23,8 @@ type Machine struct {
 
 // ThisMachine reads the machine's description.
 func ThisMachine() Machine {
-	m := Machine{NProc: runtime.NumCPU(), CPU: "unknown", Go: runtime.Version()}
+	// go run built this program with the go command that builds the binaries it measures.
+	m := Machine{NProc: runtime.NumCPU(), CPU: "unknown", Go: fmt.Sprintf("go version %s %s/%s", runtime.Version(), runtime.GOOS, runtime.GOARCH)}
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
@@ -32,9 +32,6 @@ func ThisMachine() Machine {
 				break
 			}
 		}
-	}
-	if out, err := exec.Command("go", "version").Output(); err == nil {
-		m.Go = strings.TrimSpace(string(out))
 	}
 	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
 		m.Kernel = strings.TrimSpace(string(b))
@@ -244,13 +241,10 @@ type storeView struct {
 }
 
 type goBenchView struct {
-	Command string
-	List    []*goBench
-	Hot     *struct{ Allocs, Bytes, Micros float64 }
-	Chunk   *struct { // what the gateway adds per relayed chunk
-		Allocs, Bytes, Micros float64
-		Long, Short, Extra    int
-	}
+	Command            string
+	List               []*goBench
+	Hot, Chunk         *overhead // what the gateway adds per non-streamed request, and per relayed chunk
+	Long, Short, Extra int       // BenchmarkStreamChunk's streams, in tokens, and how many more the long one has
 }
 
 // Report writes the results as the markdown of BENCHMARKS.md.
@@ -292,8 +286,8 @@ func (r *Results) targets(v *reportView) {
 		t.Chunk = perRound(ps, func(p pair) float64 { return perChunk(p[ofGateway]) - perChunk(p[ofDirect]) })
 	}
 	t.CPU1, t.CPU8 = cpuSpread(r.Long[1], ofGateway, "gateway", true), cpuSpread(r.Long[8], ofGateway, "gateway", true)
-	if a, ok := relayPerChunk(r.GoBench, "allocs/op"); ok {
-		t.Allocs = spread{a}
+	if a := relayPerChunk(r.GoBench); a != nil {
+		t.Allocs = spread{a.Allocs}
 	}
 	t.RSS, t.BareRSS = r.Memory.perStream(ofGateway), r.Memory.perStream(ofBare)
 	if l := r.Memory.Live; l.Opened > 0 {
@@ -422,19 +416,11 @@ func (m memory) Table() table {
 
 func (r *Results) goBench(v *reportView) {
 	if len(r.GoBench) > 0 {
-		gv := &goBenchView{Command: r.GoCmd, List: r.GoBench}
+		gv := &goBenchView{Command: r.GoCmd, List: r.GoBench, Chunk: relayPerChunk(r.GoBench),
+			Long: longChunkTokens, Short: shortChunkTokens, Extra: longChunkTokens - shortChunkTokens}
 		if g, s := findGoBench(r.GoBench, "BenchmarkChat/gateway"), findGoBench(r.GoBench, "BenchmarkChat/simulator"); g != nil && s != nil {
 			more := func(unit string) float64 { return g.Values[unit].median() - s.Values[unit].median() }
-			gv.Hot = &struct{ Allocs, Bytes, Micros float64 }{more("allocs/op"), more("B/op"), more("ns/op") / 1000}
-		}
-		allocs, ok1 := relayPerChunk(r.GoBench, "allocs/op")
-		size, ok2 := relayPerChunk(r.GoBench, "B/op")
-		ns, ok3 := relayPerChunk(r.GoBench, "ns/op")
-		if ok1 && ok2 && ok3 {
-			gv.Chunk = &struct {
-				Allocs, Bytes, Micros float64
-				Long, Short, Extra    int
-			}{allocs, size, ns / 1000, longChunkTokens, shortChunkTokens, longChunkTokens - shortChunkTokens}
+			gv.Hot = &overhead{more("allocs/op"), more("B/op"), more("ns/op") / 1000}
 		}
 		v.GoBench = gv
 	}

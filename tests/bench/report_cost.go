@@ -11,18 +11,22 @@ import (
 	"github.com/neocloud/kiln/pkg/catalog"
 )
 
-// AWS list prices, us-east-1, in dollars (issue 19; shared/NOTES.md; the pricing pages of each
-// service, named in the report).
+// listPrices are AWS's us-east-1 list prices in dollars (issue 19; shared/NOTES.md; the pricing
+// pages of each service, named in the report): per million of each unit, per GB-second and per
+// GB as they are.
+var listPrices = prices{
+	GBSecond:   0.0000133334, // Lambda arm64
+	Invocation: 0.20,         // Lambda requests
+	WriteUnit:  0.625,        // DynamoDB on-demand write request units
+	ReadUnit:   0.125,        // and read request units
+	Pipe:       0.40,         // EventBridge Pipes, requests after filtering (64 KB chunks)
+	SQS:        0.40,         // SQS standard, requests (each 64 KB chunk of a call)
+	LogGB:      0.50,         // CloudWatch Logs standard ingestion
+	REST:       3.50,         // API Gateway REST API requests
+}
+
 const (
-	priceGBSecond     = 0.0000133334 // Lambda arm64, per GB-second
-	priceInvocation   = 0.20 / 1e6   // Lambda, per request
-	priceWriteUnit    = 0.625 / 1e6  // DynamoDB on-demand, per write request unit
-	priceReadUnit     = 0.125 / 1e6  // DynamoDB on-demand, per read request unit
-	pricePipeRequest  = 0.40 / 1e6   // EventBridge Pipes, per request after filtering (64 KB chunks)
-	priceSQSRequest   = 0.40 / 1e6   // SQS standard, per request (each 64 KB chunk of a call)
-	priceLogGB        = 0.50         // CloudWatch Logs standard ingestion, per GB
-	priceRESTRequest  = 3.50 / 1e6   // API Gateway REST API, per request
-	logEventOverhead  = 26           // bytes CloudWatch Logs counts per event beyond its message
+	logEventOverhead  = 26 // bytes CloudWatch Logs counts per event beyond its message
 	chunk64KB         = 64 * 1024
 	aggregatorMemMB   = 256 // template.yaml, AggregatorFunction MemorySize
 	typicalStreamSec  = 10.0
@@ -79,7 +83,6 @@ type billView struct {
 	Floor, MaxBillOverFloor    float64
 	Met                        bool
 	Revenue                    float64 // of the same requests at the reference catalog's price; 0 where it was not read
-	REST                       float64
 	Units                      table
 	Calls                      float64     // calls per warm request
 	Ops                        []pathUnits // write units per warm request by operation
@@ -89,10 +92,9 @@ type billView struct {
 	Prices                     prices
 }
 
-// prices are the list prices the bill uses, per million of each unit (per GB-second and per GB
-// as they are).
+// prices are the list prices the bill uses.
 type prices struct {
-	GBSecond, Invocation, WriteUnit, ReadUnit, Pipe, SQS, LogGB float64
+	GBSecond, Invocation, WriteUnit, ReadUnit, Pipe, SQS, LogGB, REST float64
 }
 
 // pathUnits is the write units per warm request of one operation, table or index of the
@@ -147,14 +149,15 @@ func (r *Results) bill(m lambdaMemory, chosen int) *billView {
 	overhead := func(mb int) float64 {
 		return m.of(mb, func(s memoryStart) float64 { return s.whole }).median() / 1000
 	}
-	gbs := func(mb int, sec float64) float64 { return float64(mb) / 1024 * sec }
+	p := listPrices
+	// lambda is the dollars per million invocations of mb for sec, the request fee left out.
+	lambda := func(mb int, sec float64) float64 { return float64(mb) / 1024 * sec * p.GBSecond * 1e6 }
 	b := &billView{StreamSec: typicalStreamSec, Prompt: typicalPrompt, Completion: typicalCompletion, Model: typicalModel,
 		Chosen: chosen, OwnMS: 1000 * overhead(chosen), FloorMB: floorMemoryMB, MaxBillOverFloor: maxBillOverFloor,
-		REST: priceRESTRequest * 1e6, Prices: prices{priceGBSecond, priceInvocation * 1e6, priceWriteUnit * 1e6, priceReadUnit * 1e6,
-			pricePipeRequest * 1e6, priceSQSRequest * 1e6, priceLogGB}, LogBytes: m.logBytes, LogLines: m.logLines, LogEventOverhead: logEventOverhead,
-		Lambda:   dollars{gbs(1024, typicalStreamSec+overhead(0)) * priceGBSecond * 1e6, gbs(chosen, typicalStreamSec+overhead(chosen)) * priceGBSecond * 1e6},
-		Requests: dollars{priceInvocation * 1e6, priceInvocation * 1e6},
-		Floor:    gbs(floorMemoryMB, typicalStreamSec)*priceGBSecond*1e6 + priceInvocation*1e6}
+		Prices: p, LogBytes: m.logBytes, LogLines: m.logLines, LogEventOverhead: logEventOverhead,
+		Lambda:   dollars{lambda(1024, typicalStreamSec+overhead(0)), lambda(chosen, typicalStreamSec+overhead(chosen))},
+		Requests: dollars{p.Invocation, p.Invocation},
+		Floor:    lambda(floorMemoryMB, typicalStreamSec) + p.Invocation}
 
 	var wru, rru float64
 	for _, o := range m.capacity {
@@ -162,16 +165,16 @@ func (r *Results) bill(m lambdaMemory, chosen int) *billView {
 		rru += o.Read
 	}
 	b.WriteUnits, b.ReadUnits = wru/float64(m.requests), rru/float64(m.requests)
-	path := (b.WriteUnits*priceWriteUnit + b.ReadUnits*priceReadUnit) * 1e6
+	path := b.WriteUnits*p.WriteUnit + b.ReadUnits*p.ReadUnit
 	b.DynamoDB = dollars{path, path}
 	b.Total = b.Lambda.plus(b.Requests).plus(b.DynamoDB)
 
 	if f := m.fold; f.err == nil && f.records > 0 {
-		pipe := pricePipeRequest * 1e6 // each record its own request: under 64 KB, and counted after filtering
+		pipe := p.Pipe // each record its own request: under 64 KB, and counted after filtering
 		perCall := math.Ceil(10 * f.bodyBytes / chunk64KB)
-		sqs := 3 * perCall / 10 * priceSQSRequest * 1e6 // SendMessageBatch, ReceiveMessage, DeleteMessageBatch of 10
-		agg := (gbs(aggregatorMemMB, f.batchMS/1000)*priceGBSecond + priceInvocation) / aggregatorBatch * 1e6
-		b.Fold = &foldBill{Pipe: dollars{pipe, pipe}, SQS: dollars{sqs, sqs}, Fold: dollars{f.single * priceWriteUnit * 1e6, f.batched * priceWriteUnit * 1e6},
+		sqs := 3 * perCall / 10 * p.SQS // SendMessageBatch, ReceiveMessage, DeleteMessageBatch of 10
+		agg := (lambda(aggregatorMemMB, f.batchMS/1000) + p.Invocation) / aggregatorBatch
+		b.Fold = &foldBill{Pipe: dollars{pipe, pipe}, SQS: dollars{sqs, sqs}, Fold: dollars{f.single * p.WriteUnit, f.batched * p.WriteUnit},
 			Lambda: dollars{agg, agg}, BodyBytes: f.bodyBytes, BatchKB: 10 * f.bodyBytes / 1024, PerCall: perCall,
 			Batched: f.batched, Single: f.single, BatchMS: f.batchMS, Batch: aggregatorBatch, Records: f.records, MemoryMB: aggregatorMemMB}
 		b.Total = b.Total.plus(b.Fold.Pipe).plus(b.Fold.SQS).plus(b.Fold.Fold).plus(b.Fold.Lambda)
@@ -181,7 +184,7 @@ func (r *Results) bill(m lambdaMemory, chosen int) *billView {
 		b.Platform += len(l) + 1 + logEventOverhead
 	}
 	appLog := m.logBytes + m.logLines*logEventOverhead
-	logs := func(bytes float64) float64 { return bytes / 1e9 * priceLogGB * 1e6 }
+	logs := func(bytes float64) float64 { return bytes / 1e9 * p.LogGB * 1e6 }
 	b.Logs = dollars{logs(appLog + float64(b.Platform)), logs(appLog)}
 	b.Total = b.Total.plus(b.Logs)
 	b.Met = b.Total.Now <= maxBillOverFloor*b.Floor

@@ -17,14 +17,14 @@ func (r *Results) ReportRates(w io.Writer) error {
 	return reportTemplate.ExecuteTemplate(w, "only-rates", v)
 }
 
-// ratesView is the section of the CPU a request costs at a fixed rate.
+// ratesView is the section of the CPU a request costs at a fixed rate (its rounds and phases are
+// the Config's).
 type ratesView struct {
-	Rounds            int
-	LowRate           int
-	PhaseFor, HalfFor time.Duration
-	Table             table
-	Err               error
-	Explain           *rateExplainView
+	LowRate int
+	HalfFor time.Duration // a phase at 500 req/s
+	Table   table
+	Err     error
+	Explain *rateExplainView
 }
 
 // rateExplainView holds the figures of the explanation of where a request's CPU goes at the low
@@ -35,21 +35,19 @@ type rateExplainView struct {
 	PerExchange, Five                            float64 // the bare proxy's CPU per HTTP exchange, and five of them
 }
 
-// baselineView is the side-by-side comparison with the baseline gateway.
+// baselineView is the side-by-side comparison with the baseline gateway (its phases' length and
+// streams are the Config's).
 type baselineView struct {
-	Bin      string
-	Rounds   int
-	Duration time.Duration
-	Streams  int
-	Table    table
-	Err      error
+	Bin    string
+	Rounds int // that answered
+	Table  table
+	Err    error
 }
 
 // fixedRate fills the views of the fixed-rate section and of the baseline comparison.
 func (r *Results) fixedRate(v *reportView) {
 	if rs := r.Rates; len(rs.rows) > 0 || rs.err != nil {
-		v.Rates = &ratesView{Rounds: r.Cfg.RateRounds, LowRate: lowRate, PhaseFor: rs.phaseFor, HalfFor: rs.phaseFor / 2,
-			Table: rs.table(), Err: rs.err, Explain: rs.explain()}
+		v.Rates = &ratesView{LowRate: lowRate, HalfFor: r.Cfg.RateFor / 2, Table: rs.table(), Err: rs.err, Explain: rs.explain()}
 	}
 	if b := r.Baseline; b.bin != "" {
 		t := table{Head: []string{"figure", "gateway", "baseline", "gateway / baseline"}}
@@ -64,7 +62,7 @@ func (r *Results) fixedRate(v *reportView) {
 		row("CPU per non-streamed request, 8 connections, µs", "%.1f", func(i, round int) float64 { return cpuPer(b.closed[round][i], "gateway", false) })
 		row("CPU per streamed chunk, 8 connections, µs", "%.2f", func(i, round int) float64 { return cpuPer(b.streams[round][i], "gateway", true) })
 		row("RSS per idle open stream, KiB", "%.1f", func(i, round int) float64 { return b.idle[round][i] / 1024 })
-		v.Baseline = &baselineView{Bin: filepath.Base(b.bin), Rounds: len(b.closed), Duration: r.Cfg.Duration, Streams: r.Cfg.Streams, Table: t, Err: b.err}
+		v.Baseline = &baselineView{Bin: filepath.Base(b.bin), Rounds: len(b.closed), Table: t, Err: b.err}
 	}
 }
 

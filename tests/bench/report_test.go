@@ -22,7 +22,7 @@ var update = flag.Bool("update", false, "rewrite testdata/report.md from the fix
 func TestReportGolden(t *testing.T) {
 	m := Machine{NProc: 2, CPU: "Test CPU", Go: "go version go1.26.8 linux/amd64", Kernel: "6.0.0", LoadAvg: "1.00 1.10 1.20"}
 	failed := fixtureResults()
-	failed.Rates = rateResults{rows: failed.Rates.rows[:1], phaseFor: failed.Rates.phaseFor, err: errors.New("rate phases on DynamoDB Local: no java")}
+	failed.Rates = rateResults{rows: failed.Rates.rows[:1], err: errors.New("rate phases on DynamoDB Local: no java")}
 	failed.Baseline.err = errors.New("baseline gateway: exit status 1")
 	failed.Cold.Lambda.memory = lambdaMemory{err: errors.New("no cgroup v2 controller")}
 	for _, tc := range []struct {
@@ -89,7 +89,7 @@ func fixtureResults() *Results {
 		return &goBench{Pkg: pkg, Name: name, Values: units, units: order}
 	}
 	r := &Results{
-		Cfg: Config{Repo: "../..", RateRounds: 3, Rounds: 3, Duration: 2 * time.Second, Warmup: 300 * time.Millisecond, Conns: []int{1, 8},
+		Cfg: Config{Repo: "../..", RateRounds: 3, RateFor: 8 * time.Second, Rounds: 3, Duration: 2 * time.Second, Warmup: 300 * time.Millisecond, Conns: []int{1, 8},
 			OpenRate: 1000, OpenFor: 2 * time.Second, Streams: 1000, ColdStarts: 5, GoBenchRuns: 3},
 		Started:   time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC),
 		LoadStart: "0.50 0.60 0.70",
@@ -156,7 +156,7 @@ func fixtureRates() rateResults {
 		return ps
 	}
 	gw, base := server{name: "gateway"}, server{name: "baseline"}
-	return rateResults{phaseFor: 8 * time.Second, rows: []*rateRow{
+	return rateResults{rows: []*rateRow{
 		{what: "none (bare proxy)", rate: lowRate, gateway: server{name: "bare proxy"}, gw: phases(300*time.Microsecond, 12, 400*time.Microsecond)},
 		{what: "embedded store", rate: lowRate, target: 1.2, gateway: gw, baseline: &base,
 			gw: phases(1100*time.Microsecond, 30, 900*time.Microsecond), base: phases(1600*time.Microsecond, 38, time.Millisecond)},

@@ -129,7 +129,13 @@ type stack struct {
 func Run(cfg Config) (*Results, error) {
 	res := &Results{Cfg: cfg, Started: time.Now().UTC(), LoadStart: loadAvg(), Closed: map[int][]pair{}, Long: map[int][]pair{}}
 	logf := func(format string, args ...any) { fmt.Fprintf(cfg.Log, format+"\n", args...) }
-	st, err := setUp(cfg, "", nil)
+	// note adds err, if any, to the run's errors.
+	note := func(err error) {
+		if err != nil {
+			res.Errors = append(res.Errors, err.Error())
+		}
+	}
+	st, err := setUp(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -165,14 +171,13 @@ func Run(cfg Config) (*Results, error) {
 		if cfg.RateFor > 0 {
 			logf("rate phases: %d rounds of %v at %d/s", cfg.RateRounds, cfg.RateFor, lowRate)
 			res.Rates = measureRates(cfg, st, logf)
-			res.Errors = append(res.Errors, res.Rates.errors()...)
+			note(res.Rates.err)
+			res.Errors = append(res.Errors, res.Rates.errs...)
 		}
 		if cfg.BaselineBin != "" {
 			logf("side by side with the baseline gateway %s: %d rounds", cfg.BaselineBin, cfg.Rounds)
 			res.Baseline = compareBaseline(cfg, st, logf)
-			if res.Baseline.err != nil {
-				res.Errors = append(res.Errors, res.Baseline.err.Error())
-			}
+			note(res.Baseline.err)
 		}
 	}
 	if cfg.OnlyRates {
@@ -183,7 +188,7 @@ func Run(cfg Config) (*Results, error) {
 	logf("memory: %d slow streams, %d rounds in fresh processes", cfg.Streams, cfg.Rounds)
 	res.Memory = measureMemory(cfg, st, logf)
 	logf("memory: live heap and stacks of %d slow streams", cfg.Streams)
-	res.Memory.Live, res.Memory.LiveErr = measureLiveMemory(cfg, cfg.Streams)
+	res.Memory.Live, res.Memory.LiveErr = measureLiveMemory(st, cfg.Streams)
 
 	// rounds measures the direct target and the gateway, and the bare proxy too when bare,
 	// cfg.Rounds times. The order reverses every round (direct, bare, gateway; then gateway,
@@ -245,22 +250,17 @@ func Run(cfg Config) (*Results, error) {
 
 	if cfg.GoBenchRuns > 0 {
 		res.GoBench, res.GoCmd, err = runGoBench(cfg.Repo, cfg.GoBenchRuns, cfg.Log)
-		if err != nil {
-			res.Errors = append(res.Errors, err.Error())
-		}
+		note(err)
 		logf("store benchmark: admission and settlement on DynamoDB Local and moto")
 		res.Store, res.StoreCmd, err = runStoreBench(cfg.Repo, cfg.GoBenchRuns, cfg.Log)
-		if err != nil {
-			res.Errors = append(res.Errors, err.Error())
-		}
+		note(err)
 	}
 	return res, nil
 }
 
 // setUp builds the binaries and starts the simulator, the bare proxy in front of it and the
-// gateway (built with gwTags and gwEnv added to its environment, for the live-memory build), with
-// an organization that load cannot exhaust.
-func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
+// gateway, with an organization that load cannot exhaust.
+func setUp(cfg Config) (_ *stack, err error) {
 	dir, err := os.MkdirTemp("", "kilnbench-")
 	if err != nil {
 		return nil, err
@@ -277,8 +277,8 @@ func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
 		return nil, err
 	}
 	st.simBin, st.ctlBin, st.proxyBin = bins[0], bins[1], bins[2]
-	if st.gwBin == "" || gwTags != "" {
-		if bins, err = build.In(cfg.Repo, dir, []string{"-trimpath", "-tags=" + gwTags}, "./functions/gateway"); err != nil {
+	if st.gwBin == "" {
+		if bins, err = build.In(cfg.Repo, dir, []string{"-trimpath"}, "./functions/gateway"); err != nil {
 			return nil, err
 		}
 		st.gwBin = bins[0]
@@ -302,7 +302,7 @@ func setUp(cfg Config, gwTags string, gwEnv []string) (_ *stack, err error) {
 		"PATH=" + os.Getenv("PATH"),
 		"HOME=" + os.Getenv("HOME"),
 	}
-	if st.gw, st.key, err = st.startGateway("gateway", st.gwBin, dir, gwEnv...); err != nil {
+	if st.gw, st.key, err = st.startGateway("gateway", st.gwBin, dir); err != nil {
 		return nil, err
 	}
 	st.direct = target{name: "direct", url: st.sim.base + "/chat/completions", model: "Qwen/Qwen3-32B",
