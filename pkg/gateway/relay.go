@@ -380,7 +380,7 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 		if err != nil {
 			return nil, err
 		}
-		edits = append(edits, openai.Edit{Key: "usage", Value: openai.AppendWithCost(nil, usage, cost.Append(nil))})
+		edits = append(edits, openai.Edit{Key: "usage", Value: openai.AppendWithCost(nil, usage, cost.Append(make([]byte, 0, 24)))})
 		r.usageSent = true
 	} else {
 		if hasUsage || nullUsage {

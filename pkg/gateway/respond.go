@@ -59,7 +59,7 @@ func (x *exchange) respond(ctx context.Context, resp *upstream.Response) error {
 		if u, ok, err := openai.ParseUsage(completion.Usage); err == nil && ok {
 			x.meter.usage, x.meter.haveUsage, x.meter.complete = u, true, true
 			if cost, err := x.req.model.Pricing.Cost(u.PromptTokens, u.PromptTokensDetails.CachedTokens, u.CompletionTokens); err == nil {
-				edits = append(edits, openai.Edit{Key: "usage", Value: openai.AppendWithCost(nil, completion.Usage, cost.Append(nil))})
+				edits = append(edits, openai.Edit{Key: "usage", Value: openai.AppendWithCost(nil, completion.Usage, cost.Append(make([]byte, 0, 24)))})
 			}
 		}
 	}

@@ -45,14 +45,15 @@ type request struct {
 // (without looking for repeats again): what the checks below read of a nested object is what
 // the backend reads.
 func (g *Gateway) check(ep *endpoint, body []byte) (req request, modelID string, e *apiError) {
-	fields, err := openai.ParseRequest(nil, body)
+	var buf [16]openai.Field // room for a request's members: the request keeps a copy of their size
+	fields, err := openai.ParseRequest(buf[:0], body)
 	if err != nil {
 		if errors.Is(err, openai.ErrDuplicateKey) {
 			return req, "", invalid("", "", "Invalid JSON body: %v. Send each member once.", err)
 		}
 		return req, "", invalid("", "", "We could not parse the JSON body of your request (%v). Send a JSON object with Content-Type: application/json.", err)
 	}
-	req.body, req.fields = body, fields
+	req.body, req.fields = body, slices.Clone(fields)
 	var in openai.ChatCompletionRequest
 	in.Read(body, fields)
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/go-json-experiment/json/jsontext"
@@ -74,5 +75,6 @@ func AppendWithCost(dst, usage, cost []byte) []byte {
 	if err != nil {
 		return append(dst, bytes.TrimSpace(usage)...) // as Rewrite copies no whitespace around the object
 	}
+	dst = slices.Grow(dst, len(usage)+len(`,"cost":`)+len(cost)) // one allocation, not several
 	return Rewrite(dst, usage, fields, Edit{Key: "cost", Value: cost})
 }
