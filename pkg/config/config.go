@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"time"
 
@@ -123,8 +124,10 @@ func Load(getenv func(string) string) (Config, error) {
 			errs = append(errs, fmt.Errorf("KILN_SIMULATOR_ADDR=%q: want host:port", c.Simulator))
 		}
 	}
-	// Read by slog, as the aggregator reads it.
-	if v := getenv("KILN_LOG_LEVEL"); v != "" && c.LogLevel.UnmarshalText([]byte(v)) != nil {
+	// Read by slog, as the aggregator reads it, but only slog's four names (in any case): an
+	// offset such as "error+4" would silence errors too.
+	levels := []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn, slog.LevelError}
+	if v := getenv("KILN_LOG_LEVEL"); v != "" && (c.LogLevel.UnmarshalText([]byte(v)) != nil || !slices.Contains(levels, c.LogLevel)) {
 		errs = append(errs, fmt.Errorf("KILN_LOG_LEVEL=%q: want debug, info, warn or error", v))
 	}
 	if c.CacheTTL > 5*time.Second {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,21 @@ func TestPublisherSettingsRefused(t *testing.T) {
 	for _, name := range []string{"KILN_EVENT_BUS", "KILN_EVENTBRIDGE_ENDPOINT", "KILN_USAGE_SWEEP"} {
 		if err == nil || !strings.Contains(err.Error(), name+" is no longer read") {
 			t.Errorf("%s not refused: %v", name, err)
+		}
+	}
+}
+
+// TestLogLevelIsOneOfFour: KILN_LOG_LEVEL takes slog's four names, in any case, and no offset,
+// which could silence errors.
+func TestLogLevelIsOneOfFour(t *testing.T) {
+	for v, want := range map[string]slog.Level{"debug": slog.LevelDebug, "INFO": slog.LevelInfo, "Warn": slog.LevelWarn, "error": slog.LevelError} {
+		if c, err := Load(env(map[string]string{"KILN_LOG_LEVEL": v})); err != nil || c.LogLevel != want {
+			t.Errorf("KILN_LOG_LEVEL=%s: %v, %v; want %v", v, c.LogLevel, err, want)
+		}
+	}
+	for _, v := range []string{"error+4", "debug-4", "loud"} {
+		if _, err := Load(env(map[string]string{"KILN_LOG_LEVEL": v})); err == nil || !strings.Contains(err.Error(), "KILN_LOG_LEVEL") {
+			t.Errorf("KILN_LOG_LEVEL=%s: %v; want refused", v, err)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package finance
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -49,7 +48,9 @@ var ErrNoPITR = errors.New("point-in-time recovery is off")
 // all), and waits until each has completed, reporting progress. A failed export is an error
 // naming DynamoDB's reason.
 func StartExports(ctx context.Context, db *dynamodb.Client, req ExportRequest) ([]ExportInfo, error) {
-	req.Poll = cmp.Or(req.Poll, 10*time.Second) // never a busy loop against DynamoDB
+	if req.Poll <= 0 {
+		req.Poll = 10 * time.Second // never a busy loop against DynamoDB
+	}
 	if req.Progress == nil {
 		req.Progress = io.Discard
 	}

@@ -186,6 +186,9 @@ func TestDecodeStreamRecord(t *testing.T) {
 		{"cost_usd disagrees", streamRecord(t, "INSERT", e, func(img map[string]events.DynamoDBAttributeValue) {
 			img["cost_usd"] = events.NewStringAttribute("1.00")
 		}), "disagrees", false},
+		{"cost_usd empty", streamRecord(t, "INSERT", e, func(img map[string]events.DynamoDBAttributeValue) {
+			img["cost_usd"] = events.NewStringAttribute("")
+		}), "disagrees", false},
 		{"invalid event", streamRecord(t, "INSERT", e, func(img map[string]events.DynamoDBAttributeValue) {
 			img["status"] = events.NewStringAttribute("done")
 		}), "status", false},

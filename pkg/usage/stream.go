@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
 	"github.com/neocloud/kiln/pkg/ddbitem"
 	"github.com/neocloud/kiln/pkg/money"
 )
@@ -43,10 +45,11 @@ func decodeStreamRecord(r message) (Event, error) {
 		return Event{}, fmt.Errorf("usage item %s: %w", id, ErrNotFinal)
 	}
 	e, err := DecodeItem(it)
-	if usd := f.OptStr("cost_usd"); err == nil && usd != "" {
-		// cost_usd is for people reading the table; it must say what cost says.
-		if c, perr := money.Parse(usd); perr != nil || c != e.Cost {
-			err = fmt.Errorf("cost_usd %q disagrees with cost %s", usd, e.Cost)
+	if usd, ok := it["cost_usd"].(*types.AttributeValueMemberS); ok && err == nil {
+		// cost_usd is for people reading the table; when written, even empty, it must say what
+		// cost says.
+		if c, perr := money.Parse(usd.Value); perr != nil || c != e.Cost {
+			err = fmt.Errorf("cost_usd %q disagrees with cost %s", usd.Value, e.Cost)
 		}
 	}
 	if err != nil {
