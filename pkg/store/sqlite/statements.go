@@ -81,8 +81,8 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 		{w, &st.settleLimit, `SELECT o.balance - coalesce((SELECT sum(reserved) FROM leases l
 			WHERE l.org_id = o.id AND l.holder_id != ?2 AND l.expires_at > ?3), 0)
 			FROM orgs o WHERE o.id = ?1`},
-		{w, &st.settleUsage, `INSERT INTO usage (` + usageColumns + `, unpublished_since, folded)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
+		{w, &st.settleUsage, `INSERT INTO usage (` + usageColumns + `, folded)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT DO NOTHING`},
 		{w, &st.settleLedger, `INSERT INTO ledger (org_id, id, kind, amount, note, at)
 			VALUES (?, ?, 'debit', ?, ?, ?)`},
 		{w, &st.debit, `UPDATE orgs SET balance = balance - ? WHERE id = ?`},
