@@ -107,7 +107,7 @@ func (s *Store) settle(ctx context.Context, st *store.Settlement, off *money.Amo
 			return refuse(errApplied)
 		}
 		if st.Lease.HolderID != "" && s.slots == nil {
-			if _, err := s.stmt(ctx, tx, s.st.settleRelease).ExecContext(ctx, e.OrgID, st.Lease.HolderID); err != nil {
+			if _, err := s.stmt(ctx, tx, s.st.freeLease).ExecContext(ctx, e.OrgID, st.Lease.HolderID); err != nil {
 				return err
 			}
 		}
