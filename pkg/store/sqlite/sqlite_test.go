@@ -475,7 +475,7 @@ func openGateway(t testing.TB, dir string) *sqlite.Store {
 
 // TestContractOwnSlots runs the contract on the gateway's store: slots in memory.
 func TestContractOwnSlots(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return openGateway(t, t.TempDir()) }, storetest.Options{})
+	storetest.Run(t, func(t *testing.T) store.Store { return openGateway(t, t.TempDir()) }, storetest.Options{FoldsAtSettlement: true})
 }
 
 // TestOwnSlots: one gateway's store per directory (a second is refused while the first is open,
