@@ -123,11 +123,11 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleRe
 // its reservation and debits cost (what the reservation does not cover on the condition that it
 // is available); without it, it debits cost from the balance and from what is available, on the
 // condition that as much is available (a check of the organization alone when cost is zero).
+// The write of a zero cost binds no values: DynamoDB refuses values an expression does not use.
 func (s *Store) settleOrg(lease store.Lease, orgID string, cost money.Amount, held bool) types.TransactWriteItem {
 	u := &types.Update{
 		TableName:                           &s.tables.Orgs,
 		Key:                                 orgKey(orgID),
-		ExpressionAttributeValues:           item{":cost": ddbitem.N(int64(cost))},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	}
 	if lease.HolderID != "" {
@@ -135,8 +135,8 @@ func (s *Store) settleOrg(lease store.Lease, orgID string, cost money.Amount, he
 	}
 	if held {
 		cond := "leases.#holder.r = :reserved"
-		u.ExpressionAttributeValues[":back"] = ddbitem.N(int64(lease.Reserved - cost))
-		u.ExpressionAttributeValues[":reserved"] = ddbitem.N(int64(lease.Reserved))
+		u.ExpressionAttributeValues = item{":cost": ddbitem.N(int64(cost)), ":back": ddbitem.N(int64(lease.Reserved - cost)),
+			":reserved": ddbitem.N(int64(lease.Reserved))}
 		if excess := cost - lease.Reserved; excess > 0 {
 			cond += " AND available >= :excess"
 			u.ExpressionAttributeValues[":excess"] = ddbitem.N(int64(excess))
@@ -156,6 +156,7 @@ func (s *Store) settleOrg(lease store.Lease, orgID string, cost money.Amount, he
 	}
 	u.UpdateExpression = aws.String("SET balance = balance - :cost, available = available - :cost")
 	u.ConditionExpression = aws.String(cond + " AND available >= :cost")
+	u.ExpressionAttributeValues = item{":cost": ddbitem.N(int64(cost))}
 	return types.TransactWriteItem{Update: u}
 }
 
