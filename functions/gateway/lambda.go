@@ -21,7 +21,7 @@ func lambdaHandler(ctx context.Context, cfg config.Config, getenv func(string) s
 	}
 	// The backends' token is read from Secrets Manager here, in the init phase, and re-read
 	// when it is old or a backend refuses it; it is never in the environment.
-	gw, _, _, err := newGateway(ctx, cfg, getenv, log, sqlite.Options{FoldAtSettlement: true}, false)
+	gw, _, _, err := newGateway(ctx, cfg, getenv, log, sqlite.Options{}, false)
 	if err != nil {
 		return nil, err
 	}

@@ -24,12 +24,8 @@ import (
 const gcPercent = 200
 
 // serverStore is how the local server, a long-running process, opens the embedded store: it owns
-// the directory's in-flight slots (in memory, behind a lock file: one gateway per directory), and
-// settlements that arrive while a commit is under way share the next one. It sets no commit
-// window: a settlement commits before its answer ends (its debit is durable when the client sees
-// the end), so a window would be added to every answer, and under a closed loop of clients, who
-// wait for their answers, no more settlements arrive during it.
-var serverStore = sqlite.Options{OwnSlots: true, FoldAtSettlement: true}
+// the directory's in-flight slots (in memory, behind a lock file: one gateway per directory).
+var serverStore = sqlite.Options{OwnSlots: true}
 
 // serve runs the gateway off Lambda, as `make run` starts it: the configured store, the catalog,
 // the model simulator, the usage pipe (on a local DynamoDB endpoint, with the tables it lacks),

@@ -368,8 +368,7 @@ func openStore(ctx context.Context, cfg config.Config, w io.Writer, mayCreate bo
 		what = "a new embedded store"
 	}
 	fmt.Fprintf(w, "kilnctl: store: %s in %s\n", what, dir)
-	// FoldAtSettlement as the gateway opens it: the embedded store has no stream to carry events on.
-	return sqlite.Open(cfg.DataDir, sqlite.Options{FoldAtSettlement: true})
+	return sqlite.Open(cfg.DataDir, sqlite.Options{})
 }
 
 // org reads one organization, naming it plainly when it does not exist.

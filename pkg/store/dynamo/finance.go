@@ -3,6 +3,7 @@ package dynamo
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -75,13 +76,11 @@ func (s *Store) queryItems(ctx context.Context, in *dynamodb.QueryInput, fn func
 // MarkerItems hands fn the aggregates' generation markers of the organization's generations
 // that have one: BatchGetItem, 100 keys a call, unprocessed keys asked again.
 func (s *Store) MarkerItems(ctx context.Context, orgID string, generationIDs []string, fn func(map[string]types.AttributeValue) error) error {
-	for len(generationIDs) > 0 {
-		n := min(100, len(generationIDs))
-		keys := make([]map[string]types.AttributeValue, 0, n)
-		for _, gen := range generationIDs[:n] {
+	for batch := range slices.Chunk(generationIDs, 100) {
+		keys := make([]map[string]types.AttributeValue, 0, len(batch))
+		for _, gen := range batch {
 			keys = append(keys, keyOf("pk", markerPrefix+gen, "sk", orgID))
 		}
-		generationIDs = generationIDs[n:]
 		req := map[string]types.KeysAndAttributes{s.tables.Aggregates: {Keys: keys, ConsistentRead: aws.Bool(true)}}
 		for try := 0; len(req) > 0; try++ {
 			if try > 0 {

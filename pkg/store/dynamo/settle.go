@@ -122,49 +122,42 @@ func (s *Store) settle(ctx context.Context, st store.Settlement) (store.SettleRe
 // settleOrg is a settlement's write of the org item: with the lease, it releases the lease and
 // its reservation and debits cost (what the reservation does not cover on the condition that it
 // is available); without it, it debits cost from the balance and from what is available, on the
-// condition that as much is available.
+// condition that as much is available (a check of the organization alone when cost is zero).
+// The write of a zero cost binds no values: DynamoDB refuses values an expression does not use.
 func (s *Store) settleOrg(lease store.Lease, orgID string, cost money.Amount, held bool) types.TransactWriteItem {
-	if held {
-		cond := "leases.#holder.r = :reserved"
-		v := item{":cost": ddbitem.N(int64(cost)), ":back": ddbitem.N(int64(lease.Reserved - cost)), ":reserved": ddbitem.N(int64(lease.Reserved))}
-		if excess := cost - lease.Reserved; excess > 0 {
-			cond += " AND available >= :excess"
-			v[":excess"] = ddbitem.N(int64(excess))
-		}
-		return types.TransactWriteItem{Update: &types.Update{
-			TableName:                           &s.tables.Orgs,
-			Key:                                 orgKey(orgID),
-			UpdateExpression:                    aws.String("REMOVE leases.#holder SET balance = balance - :cost, available = available + :back"),
-			ConditionExpression:                 aws.String(cond),
-			ExpressionAttributeNames:            names("#holder", lease.HolderID),
-			ExpressionAttributeValues:           v,
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}}
-	}
-	cond := "attribute_exists(pk)"
-	var n map[string]string
-	if lease.HolderID != "" {
-		cond += " AND attribute_not_exists(leases.#holder)"
-		n = names("#holder", lease.HolderID)
-	}
-	if cost == 0 {
-		return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{
-			TableName:                           &s.tables.Orgs,
-			Key:                                 orgKey(orgID),
-			ConditionExpression:                 aws.String(cond),
-			ExpressionAttributeNames:            n,
-			ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-		}}
-	}
-	return types.TransactWriteItem{Update: &types.Update{
+	u := &types.Update{
 		TableName:                           &s.tables.Orgs,
 		Key:                                 orgKey(orgID),
-		UpdateExpression:                    aws.String("SET balance = balance - :cost, available = available - :cost"),
-		ConditionExpression:                 aws.String(cond + " AND available >= :cost"),
-		ExpressionAttributeNames:            n,
-		ExpressionAttributeValues:           item{":cost": ddbitem.N(int64(cost))},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
-	}}
+	}
+	if lease.HolderID != "" {
+		u.ExpressionAttributeNames = names("#holder", lease.HolderID)
+	}
+	if held {
+		cond := "leases.#holder.r = :reserved"
+		u.ExpressionAttributeValues = item{":cost": ddbitem.N(int64(cost)), ":back": ddbitem.N(int64(lease.Reserved - cost)),
+			":reserved": ddbitem.N(int64(lease.Reserved))}
+		if excess := cost - lease.Reserved; excess > 0 {
+			cond += " AND available >= :excess"
+			u.ExpressionAttributeValues[":excess"] = ddbitem.N(int64(excess))
+		}
+		u.UpdateExpression = aws.String("REMOVE leases.#holder SET balance = balance - :cost, available = available + :back")
+		u.ConditionExpression = aws.String(cond)
+		return types.TransactWriteItem{Update: u}
+	}
+	cond := "attribute_exists(pk)"
+	if lease.HolderID != "" {
+		cond += " AND attribute_not_exists(leases.#holder)"
+	}
+	if cost == 0 {
+		return types.TransactWriteItem{ConditionCheck: &types.ConditionCheck{TableName: u.TableName, Key: u.Key,
+			ConditionExpression: aws.String(cond), ExpressionAttributeNames: u.ExpressionAttributeNames,
+			ReturnValuesOnConditionCheckFailure: u.ReturnValuesOnConditionCheckFailure}}
+	}
+	u.UpdateExpression = aws.String("SET balance = balance - :cost, available = available - :cost")
+	u.ConditionExpression = aws.String(cond + " AND available >= :cost")
+	u.ExpressionAttributeValues = item{":cost": ddbitem.N(int64(cost))}
+	return types.TransactWriteItem{Update: u}
 }
 
 // eventItem is the usage item of an event (usage.EventItem) with what settlement keeps for

@@ -294,7 +294,7 @@ func (s *Store) mirrorLoop() {
 // or updated, each freed one deleted.
 func (s *Store) mirror(ctx context.Context, cs []slotChange) error {
 	return s.write(ctx, func(ctx context.Context, tx *sql.Tx) error {
-		put, free := s.stmt(ctx, tx, s.st.mirrorPut), s.stmt(ctx, tx, s.st.mirrorFree)
+		put, free := s.stmt(ctx, tx, s.st.mirrorPut), s.stmt(ctx, tx, s.st.freeLease)
 		for _, c := range cs {
 			var err error
 			if c.held {

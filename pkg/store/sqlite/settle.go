@@ -18,10 +18,9 @@ var errApplied = errors.New("already applied")
 // Settle releases the lease, debits the event's cost and records the event in one write
 // transaction. The usage row, keyed by organization and generation id, makes a replay change
 // nothing. A debit entry (ID = generation id, amount = -cost) is written only for a non-zero
-// cost, so rejected requests do not fill the ledger with zero entries. When the store folds at
-// settlement (Options), the same transaction folds the event into the aggregates and marks the
-// usage row folded. (The unpublished_since column, the outbox of a publisher that no longer
-// exists, is left empty.)
+// cost, so rejected requests do not fill the ledger with zero entries. The same transaction folds
+// the event into the aggregates and marks the usage row folded. (The unpublished_since column,
+// the outbox of a publisher that no longer exists, is left NULL.)
 //
 // The debit is capped at the balance less the reservations of the organization's other unexpired
 // leases (the request's own reservation covers it while its lease is held), so that it never
@@ -63,8 +62,8 @@ func (s *Store) settle(ctx context.Context, st *store.Settlement, off *money.Amo
 		e.Cost, *off = money.Amount(planned), cost-money.Amount(planned)
 		e.Estimated = e.Estimated || *off > 0
 		if st.Lease.HolderID != "" {
-			// The request is over: its slot is free now, not after the commit (which a gateway's
-			// store delays to share it; see Options.CommitWindow).
+			// The request is over: its slot is free now, not after the commit, which it may
+			// share with the settlements queued behind it.
 			s.slots.release(e.OrgID, st.Lease.HolderID)
 		}
 		defer func() {
@@ -75,11 +74,7 @@ func (s *Store) settle(ctx context.Context, st *store.Settlement, off *money.Amo
 			s.orgs.end(e.OrgID, planned, committed)
 		}()
 	}
-	var delta *usage.Delta
-	if s.opt.FoldAtSettlement {
-		d := usage.DeltaOf(*e)
-		delta = &d
-	}
+	delta := usage.DeltaOf(*e)
 	err = s.writeChecked(ctx, func(ctx context.Context, tx *sql.Tx) error {
 		if s.slots == nil {
 			// What the debit may take: the balance less the other leases' reservations.
@@ -93,16 +88,14 @@ func (s *Store) settle(ctx context.Context, st *store.Settlement, off *money.Amo
 			}
 			e.Cost, *off = store.Capped(cost, money.Amount(limit))
 			e.Estimated = st.Event.Estimated || *off > 0
-			if delta != nil {
-				*delta = usage.DeltaOf(*e)
-			}
+			delta = usage.DeltaOf(*e)
 		}
 		// The usage row comes first: where it is already there, or the organization is not,
 		// the settlement is refused having changed nothing.
 		res, err := s.stmt(ctx, tx, s.st.settleUsage).ExecContext(ctx,
 			e.OrgID, e.GenerationID, e.Version, e.KeyID, e.Model, e.Endpoint, e.Stream, string(e.Status),
 			e.HTTPStatus, e.FinishReason, e.PromptTokens, e.CachedTokens, e.CompletionTokens, int64(e.Cost),
-			e.Estimated, started, e.TTFTMillis, e.DurationMillis, e.Backend, nil, s.opt.FoldAtSettlement)
+			e.Estimated, started, e.TTFTMillis, e.DurationMillis, e.Backend)
 		if err != nil {
 			// Its foreign key: an unknown organization fails the insert, which changed nothing.
 			if errors.Is(orgExists(ctx, tx, e.OrgID), store.ErrNotFound) {
@@ -114,7 +107,7 @@ func (s *Store) settle(ctx context.Context, st *store.Settlement, off *money.Amo
 			return refuse(errApplied)
 		}
 		if st.Lease.HolderID != "" && s.slots == nil {
-			if _, err := s.stmt(ctx, tx, s.st.settleRelease).ExecContext(ctx, e.OrgID, st.Lease.HolderID); err != nil {
+			if _, err := s.stmt(ctx, tx, s.st.freeLease).ExecContext(ctx, e.OrgID, st.Lease.HolderID); err != nil {
 				return err
 			}
 		}
@@ -123,8 +116,8 @@ func (s *Store) settle(ctx context.Context, st *store.Settlement, off *money.Amo
 				return err
 			}
 		}
-		// The debit, and when folded here the roll-up (the usage row, inserted just now with
-		// its folded column set, is the marker that a later Fold of the same event finds):
+		// The debit and the roll-up (the usage row, inserted just now with its folded column
+		// set, is the marker that a later Fold of the same event finds):
 		// written with the batch's others before it commits (sums.go), or here.
 		if s.summing() {
 			return s.sums.add(e.OrgID, e.Cost, delta)
@@ -134,10 +127,7 @@ func (s *Store) settle(ctx context.Context, st *store.Settlement, off *money.Amo
 				return err
 			}
 		}
-		if delta != nil {
-			return s.addToDay(ctx, tx, *delta)
-		}
-		return nil
+		return s.addToDay(ctx, tx, delta)
 	})
 	return err
 }

@@ -6,9 +6,10 @@
 // deadlocking on a read-to-write upgrade, and readers on their own connections never wait for a
 // writer. Writes that queue up while a transaction commits share the next one (group commit),
 // each in a savepoint of its own or checked before it changes anything, so that one write's
-// failure stays its own. The gateway's Store (Options.OwnSlots) keeps the in-flight slots in
-// memory instead, one gateway per directory, and lets settlements share commits over a short
-// window (memslots.go). Money is INTEGER picodollars and times are INTEGER Unix nanoseconds,
+// failure stays its own. Every settlement folds its event into the store's own aggregates in its
+// transaction: the embedded store has no stream to carry events to an aggregator. The gateway's
+// Store (Options.OwnSlots) keeps the in-flight slots in memory instead, one gateway per directory
+// (memslots.go). Money is INTEGER picodollars and times are INTEGER Unix nanoseconds,
 // so sums, orderings and expiry comparisons are exact.
 package sqlite
 
@@ -70,22 +71,12 @@ type Store struct {
 	closeErr  error
 }
 
-// Options change how a Store records settlements.
+// Options change how a Store holds the in-flight slots.
 type Options struct {
-	// FoldAtSettlement folds every settled event into the store's own aggregates in the
-	// settlement's transaction (the day roll-up; the usage row, marked folded, is the marker
-	// usage.Aggregator's Fold checks), and records it as published: for a gateway with no bus to publish to (KILN_EVENT_BUS unset), where the
-	// aggregates live in this database anyway. Exactly once by construction, and no second
-	// write per request. Without it, settled events wait in the outbox for a publisher.
-	FoldAtSettlement bool
 	// OwnSlots: this Store is the gateway's, the only one admitting requests on the directory;
 	// it holds the in-flight slots in memory, behind a lock file (memslots.go). Without it,
 	// slots are leases in the database, which several processes can share.
 	OwnSlots bool
-	// CommitWindow, when positive, is how long the writer waits after a write arrives for more
-	// to share its commit: for a gateway whose writes are settlements nobody waits for (they
-	// run after the response), so that one commit serves many requests. Zero commits at once.
-	CommitWindow time.Duration
 }
 
 // Open opens the store in dir with opt, creating the directory (mode 0700) and the database as

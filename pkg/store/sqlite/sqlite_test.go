@@ -33,20 +33,10 @@ func open(t testing.TB, dir string) *sqlite.Store {
 	return s
 }
 
+// TestContract runs the contract on the store as kilnctl opens it; settlement folds the event
+// into the aggregates.
 func TestContract(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return open(t, t.TempDir()) }, storetest.Options{})
-}
-
-// TestContractFoldingAtSettlement runs the contract on the store as `make run` opens it, with no
-// bus: settlement folds the event into the aggregates.
-func TestContractFoldingAtSettlement(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		s, err := sqlite.Open(t.TempDir(), sqlite.Options{FoldAtSettlement: true})
-		if err != nil {
-			t.Fatalf("Open: %v", err)
-		}
-		return s
-	}, storetest.Options{FoldsAtSettlement: true})
+	storetest.Run(t, func(t *testing.T) store.Store { return open(t, t.TempDir()) }, storetest.Options{FoldsAtSettlement: true})
 }
 
 // TestTwoProcesses runs the slot race through two stores on one directory, as the gateway and
@@ -177,14 +167,14 @@ func TestCancelQueued(t *testing.T) {
 // fails on a constraint (its generation id is already a ledger entry's) is refused alone, while
 // the settlements, refusals and replays around it apply exactly once, on a store opened as
 // kilnctl's is and on one opened as the gateway's is, whose batches also sum their debits and
-// roll-ups.
+// roll-ups. The writer is held until a full batch is queued, so that they share batches.
 func TestBatchFailure(t *testing.T) {
 	for _, cfg := range []struct {
 		name string
 		opt  sqlite.Options
 	}{
 		{"plain", sqlite.Options{}},
-		{"gateway", sqlite.Options{OwnSlots: true, CommitWindow: 5 * time.Millisecond, FoldAtSettlement: true}},
+		{"gateway", sqlite.Options{OwnSlots: true}},
 	} {
 		t.Run(cfg.name, func(t *testing.T) {
 			s, err := sqlite.Open(t.TempDir(), cfg.opt)
@@ -192,12 +182,12 @@ func TestBatchFailure(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			testBatchFailure(t, s, cfg.opt.FoldAtSettlement)
+			testBatchFailure(t, s)
 		})
 	}
 }
 
-func testBatchFailure(t *testing.T, s *sqlite.Store, folded bool) {
+func testBatchFailure(t *testing.T, s *sqlite.Store) {
 	ctx := t.Context()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 	if err := s.CreateOrg(ctx, store.Org{ID: "org-a", Name: "A", MaxInFlight: 1000, CreatedAt: now}); err != nil {
@@ -220,6 +210,7 @@ func testBatchFailure(t *testing.T, s *sqlite.Store, folded bool) {
 		wg      sync.WaitGroup
 		applied atomic.Int64
 	)
+	release := s.HoldWriter(t)
 	for i := range n {
 		wg.Go(func() {
 			gen := "gen-" + strconv.Itoa(i)
@@ -254,6 +245,8 @@ func testBatchFailure(t *testing.T, s *sqlite.Store, folded bool) {
 			}
 		})
 	}
+	s.WaitQueued(64) // a full batch
+	release()
 	wg.Wait()
 	o, err := s.Org(ctx, "org-a")
 	if err != nil {
@@ -275,9 +268,6 @@ func testBatchFailure(t *testing.T, s *sqlite.Store, folded bool) {
 	if leases, err := s.InFlight(ctx, "org-a", now); err != nil || len(leases) != n/8 {
 		t.Errorf("InFlight = %+v, %v; want the %d gen-dup holders", leases, err, n/8)
 	}
-	if !folded {
-		return
-	}
 	day := now.Format(time.DateOnly)
 	rollups, err := s.DailyRollups(ctx, "org-a", day, day)
 	if err != nil || len(rollups) != 1 || rollups[0].Requests != applied.Load() || rollups[0].Cost != money.Amount(applied.Load())*cost {
@@ -290,7 +280,7 @@ func testBatchFailure(t *testing.T, s *sqlite.Store, folded bool) {
 // the p50 and p99 of each (make bench's store table). A request is settled before its answer
 // ends, so the settlement's time is what the end of every answer waits for.
 func BenchmarkAdmitSettle(b *testing.B) {
-	s, err := sqlite.Open(b.TempDir(), sqlite.Options{OwnSlots: true, FoldAtSettlement: true})
+	s, err := sqlite.Open(b.TempDir(), sqlite.Options{OwnSlots: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -336,13 +326,9 @@ func BenchmarkAdmitSettle(b *testing.B) {
 // BenchmarkAdmitSettleParallel is BenchmarkAdmitSettle from many goroutines at once, as the
 // gateway under load calls the store: each iteration is one Admit and one Settle with its own
 // generation id, on an organization whose limit no goroutine count reaches. It runs on a store
-// opened as kilnctl's is and on one opened as the local gateway's is (slots in memory, commits
-// shared over 5 ms, usage folded at settlement), and reports the process's CPU per iteration.
-//
-// The local gateway settles after the response, so under load many settlements wait at once:
-// its store runs with enough goroutines to fill a batch (64) before the window ends, as it is
-// under load. With fewer, every batch would wait out the window, and the process's background
-// work over that wait (checkpoints) would be counted against fewer operations.
+// opened as kilnctl's is and on one opened as the local gateway's is (slots in memory), and
+// reports the process's CPU per iteration. The gateway's store runs with enough goroutines to
+// fill a batch (64), as many settlements wait at once under load.
 func BenchmarkAdmitSettleParallel(b *testing.B) {
 	for _, cfg := range []struct {
 		name       string
@@ -351,7 +337,7 @@ func BenchmarkAdmitSettleParallel(b *testing.B) {
 	}{
 		{"plain", sqlite.Options{}, []int{8, 32}},
 		// As pkg/config opens the local gateway's store.
-		{"gateway", sqlite.Options{OwnSlots: true, FoldAtSettlement: true}, []int{64, 256}},
+		{"gateway", sqlite.Options{OwnSlots: true}, []int{64, 256}},
 	} {
 		for _, goroutines := range cfg.goroutines {
 			b.Run(fmt.Sprintf("%s/goroutines=%d", cfg.name, goroutines), func(b *testing.B) {
@@ -477,10 +463,10 @@ func TestCheckpoints(t *testing.T) {
 	}
 }
 
-// openGateway opens dir as the gateway does: slots in memory, commits shared over a window.
+// openGateway opens dir as the gateway does: slots in memory.
 func openGateway(t testing.TB, dir string) *sqlite.Store {
 	t.Helper()
-	s, err := sqlite.Open(dir, sqlite.Options{OwnSlots: true, CommitWindow: time.Millisecond})
+	s, err := sqlite.Open(dir, sqlite.Options{OwnSlots: true})
 	if err != nil {
 		t.Fatalf("Open(%s, OwnSlots): %v", dir, err)
 	}
@@ -489,7 +475,7 @@ func openGateway(t testing.TB, dir string) *sqlite.Store {
 
 // TestContractOwnSlots runs the contract on the gateway's store: slots in memory.
 func TestContractOwnSlots(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store { return openGateway(t, t.TempDir()) }, storetest.Options{})
+	storetest.Run(t, func(t *testing.T) store.Store { return openGateway(t, t.TempDir()) }, storetest.Options{FoldsAtSettlement: true})
 }
 
 // TestOwnSlots: one gateway's store per directory (a second is refused while the first is open,
@@ -592,10 +578,7 @@ func TestCloseTwice(t *testing.T) {
 // TestAdmitAfterSettleInOneBatch: without OwnSlots, admission reads the balance in the write
 // transaction; a settlement before it in the same batch, which frees the slot, has debited it too.
 func TestAdmitAfterSettleInOneBatch(t *testing.T) {
-	s, err := sqlite.Open(t.TempDir(), sqlite.Options{CommitWindow: 200 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := open(t, t.TempDir())
 	defer s.Close()
 	ctx := t.Context()
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -610,14 +593,17 @@ func TestAdmitAfterSettleInOneBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	var wg sync.WaitGroup
+	release := s.HoldWriter(t)
 	wg.Go(func() {
 		if _, err := s.Settle(ctx, store.Settlement{Lease: lease, Now: now, Event: usage.Event{Version: usage.SchemaVersion,
 			GenerationID: "h1", OrgID: "org-a", Model: "m", Status: usage.StatusCompleted, Cost: 10, StartedAt: now}}); err != nil {
 			t.Error(err)
 		}
 	})
-	time.Sleep(20 * time.Millisecond) // in the same batch, after it
-	_, err = s.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: "h2", Now: now})
+	s.WaitQueued(1)
+	wg.Go(func() { _, err = s.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: "h2", Now: now}) })
+	s.WaitQueued(2) // in the same batch, after it
+	release()
 	wg.Wait()
 	// Settled first, the balance is 0; admitted first, the slot is taken. Either way, refused.
 	if !errors.Is(err, store.ErrInsufficientCredits) && !errors.Is(err, store.ErrSlotsFull) {

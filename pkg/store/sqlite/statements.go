@@ -23,18 +23,17 @@ type statements struct {
 	admitPurge  *sql.Stmt
 	admitInsert *sql.Stmt
 
-	settleRelease *sql.Stmt
-	settleLimit   *sql.Stmt
-	settleUsage   *sql.Stmt
-	settleLedger  *sql.Stmt
-	debit         *sql.Stmt
+	freeLease    *sql.Stmt // a settlement's lease, and the mirror's copy of a freed slot
+	settleLimit  *sql.Stmt
+	settleUsage  *sql.Stmt
+	settleLedger *sql.Stmt
+	debit        *sql.Stmt
 
 	foldMark *sql.Stmt
 	foldDay  *sql.Stmt
 
 	mirrorClear *sql.Stmt
 	mirrorPut   *sql.Stmt
-	mirrorFree  *sql.Stmt
 
 	all []*sql.Stmt // every statement prepared, for close
 }
@@ -75,14 +74,14 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 		{w, &st.admitInsert, `INSERT INTO leases (org_id, holder_id, expires_at, reserved) VALUES (?, ?, ?, ?)
 			ON CONFLICT DO NOTHING`},
 
-		{w, &st.settleRelease, `DELETE FROM leases WHERE org_id = ? AND holder_id = ?`},
+		{w, &st.freeLease, `DELETE FROM leases WHERE org_id = ? AND holder_id = ?`},
 		// What a settlement may debit: the balance less the reservations of the organization's
 		// other unexpired leases (its own reservation, if it is still held, is covered).
 		{w, &st.settleLimit, `SELECT o.balance - coalesce((SELECT sum(reserved) FROM leases l
 			WHERE l.org_id = o.id AND l.holder_id != ?2 AND l.expires_at > ?3), 0)
 			FROM orgs o WHERE o.id = ?1`},
-		{w, &st.settleUsage, `INSERT INTO usage (` + usageColumns + `, unpublished_since, folded)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`},
+		{w, &st.settleUsage, `INSERT INTO usage (` + usageColumns + `, folded)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1) ON CONFLICT DO NOTHING`},
 		{w, &st.settleLedger, `INSERT INTO ledger (org_id, id, kind, amount, note, at)
 			VALUES (?, ?, 'debit', ?, ?, ?)`},
 		{w, &st.debit, `UPDATE orgs SET balance = balance - ? WHERE id = ?`},
@@ -105,7 +104,6 @@ func (st *statements) prepare(ctx context.Context, w, r *sql.DB) error {
 		{w, &st.mirrorPut, `INSERT INTO leases (org_id, holder_id, expires_at, reserved)
 			SELECT ?1, ?2, ?3, ?4 WHERE EXISTS (SELECT 1 FROM orgs WHERE id = ?1)
 			ON CONFLICT (org_id, holder_id) DO UPDATE SET expires_at = excluded.expires_at, reserved = excluded.reserved`},
-		{w, &st.mirrorFree, `DELETE FROM leases WHERE org_id = ? AND holder_id = ?`},
 	} {
 		s, err := p.db.PrepareContext(ctx, p.query)
 		if err != nil {

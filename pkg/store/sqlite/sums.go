@@ -36,26 +36,19 @@ func (b *batchSums) reset() {
 	clear(b.days)
 }
 
-// add counts one settlement: its cost, and its delta when it is folded at settlement (d not
-// nil). A sum that would overflow is an error and changes nothing.
-func (b *batchSums) add(orgID string, cost money.Amount, d *usage.Delta) error {
+// add counts one settlement: its cost and its delta. A sum that would overflow is an error and
+// changes nothing.
+func (b *batchSums) add(orgID string, cost money.Amount, d usage.Delta) error {
 	debit, err := b.debits[orgID].Add(cost)
 	if err != nil {
 		return err
 	}
-	var k dayKey
-	var day usage.Totals
-	if d != nil {
-		k = dayKey{d.OrgID, d.Day, d.Model}
-		day = b.days[k]
-		if err := day.Add(d.Totals); err != nil {
-			return err
-		}
+	k := dayKey{d.OrgID, d.Day, d.Model}
+	day := b.days[k]
+	if err := day.Add(d.Totals); err != nil {
+		return err
 	}
-	b.debits[orgID] = debit
-	if d != nil {
-		b.days[k] = day
-	}
+	b.debits[orgID], b.days[k] = debit, day
 	return nil
 }
 

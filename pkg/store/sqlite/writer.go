@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"sync/atomic"
-	"time"
 )
 
 // maxBatch bounds how many queued writes share one transaction: enough to spread a commit over
@@ -103,35 +102,15 @@ func (s *Store) enqueue(ctx context.Context, op *writeOp) error {
 //
 // A batch is whatever is waiting when the last commit ends, and writes that arrive while a commit
 // is under way share the next one: under load, one commit (and one WAL append of each page
-// touched) serves many requests. Without a commit window a lone write commits at once; with one
-// (Options.CommitWindow), the writer first waits that long for more, or until the batch is full.
+// touched) serves many requests. A lone write commits at once, waiting for no others: a
+// settlement commits before its answer ends (its debit is durable when the client sees the end),
+// so a wait would be added to every answer, and under a closed loop of clients, who wait for
+// their answers, no more settlements arrive during it.
 func (s *Store) writeLoop() {
 	defer close(s.stopped)
 	batch := make([]*writeOp, 0, maxBatch)
-	var window *time.Timer
-	if s.opt.CommitWindow > 0 {
-		window = time.NewTimer(s.opt.CommitWindow)
-		window.Stop()
-	}
 	for op := range s.ops {
 		batch = append(batch[:0], op)
-		if window != nil {
-			// Wait for more writes to share the commit, for at most the window.
-			window.Reset(s.opt.CommitWindow)
-		wait:
-			for len(batch) < maxBatch {
-				select {
-				case op, ok := <-s.ops:
-					if !ok {
-						break wait
-					}
-					batch = append(batch, op)
-				case <-window.C:
-					break wait
-				}
-			}
-			window.Stop()
-		}
 	fill:
 		for len(batch) < maxBatch {
 			select {
