@@ -32,9 +32,14 @@ func (s *Store) HoldWriter(t testing.TB) (release func()) {
 	}
 }
 
-// WaitQueued waits until n writes are queued for the writer.
-func (s *Store) WaitQueued(n int) {
-	for len(s.ops) < n {
-		time.Sleep(time.Millisecond)
+// WaitQueued waits until n writes are queued for the writer, for at most 10 s: fewer than n
+// is the test's failure, not a hang (the caller still releases the writer).
+func (s *Store) WaitQueued(t testing.TB, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); len(s.ops) < n; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Errorf("%d writes queued after 10 s, want %d", len(s.ops), n)
+			return
+		}
 	}
 }

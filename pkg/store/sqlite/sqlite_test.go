@@ -245,7 +245,7 @@ func testBatchFailure(t *testing.T, s *sqlite.Store) {
 			}
 		})
 	}
-	s.WaitQueued(64) // a full batch
+	s.WaitQueued(t, 64) // a full batch
 	release()
 	wg.Wait()
 	o, err := s.Org(ctx, "org-a")
@@ -600,9 +600,9 @@ func TestAdmitAfterSettleInOneBatch(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	s.WaitQueued(1)
+	s.WaitQueued(t, 1)
 	wg.Go(func() { _, err = s.Admit(ctx, store.AdmitRequest{OrgID: "org-a", HolderID: "h2", Now: now}) })
-	s.WaitQueued(2) // in the same batch, after it
+	s.WaitQueued(t, 2) // in the same batch, after it
 	release()
 	wg.Wait()
 	// Settled first, the balance is 0; admitted first, the slot is taken. Either way, refused.
