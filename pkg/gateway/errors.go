@@ -94,40 +94,45 @@ func errorEventData(err error) []byte {
 	return openai.AppendData(nil, answer(err).body.AppendJSON(nil))
 }
 
+// newError is the error of status with an OpenAI error body of no param.
+func newError(status int, typ, code, message string) *apiError {
+	return &apiError{status: status, body: openai.Error{Message: message, Type: typ, Code: code}}
+}
+
+// typeServer is OpenAI's type of an error of the server's own; the gateway sends it only in
+// the last event of a stream that had already answered 200.
+const typeServer = "server_error"
+
 func invalid(param, code, format string, args ...any) *apiError {
-	return &apiError{status: http.StatusBadRequest, body: openai.Error{
-		Message: fmt.Sprintf(format, args...), Type: openai.TypeInvalidRequest, Param: param, Code: code,
-	}}
+	e := newError(http.StatusBadRequest, openai.TypeInvalidRequest, code, fmt.Sprintf(format, args...))
+	e.body.Param = param
+	return e
 }
 
 func errMaintenance(until time.Time) *apiError {
-	return &apiError{status: http.StatusServiceUnavailable, retryAfter: until, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "maintenance",
-		Message: "The service is in maintenance until " + until.UTC().Format(time.RFC3339) + ". Retry after that time."}}
+	e := newError(http.StatusServiceUnavailable, openai.TypeServiceUnavailable, "maintenance", "The service is in maintenance until "+until.UTC().Format(time.RFC3339)+". Retry after that time.")
+	e.retryAfter = until
+	return e
 }
 
 // errRequestTimeout is the 408 of a body that stalled; the connection is closed after it, as the
 // rest of the body may still be on its way.
 func errRequestTimeout(every time.Duration) *apiError {
-	return &apiError{status: http.StatusRequestTimeout, close: true, body: openai.Error{Type: openai.TypeInvalidRequest, Code: "request_timeout",
-		Message: "The request body did not arrive in time: nothing of it came for " + every.String() + ". Send the whole body without pausing."}}
+	e := newError(http.StatusRequestTimeout, openai.TypeInvalidRequest, "request_timeout", "The request body did not arrive in time: nothing of it came for "+every.String()+". Send the whole body without pausing.")
+	e.close = true
+	return e
 }
 
 func errTooLarge(limit int64) *apiError {
-	return &apiError{status: http.StatusRequestEntityTooLarge, body: openai.Error{Type: openai.TypeInvalidRequest, Code: "request_too_large",
-		Message: fmt.Sprintf("The request body is larger than the limit of %d bytes.", limit)}}
+	return newError(http.StatusRequestEntityTooLarge, openai.TypeInvalidRequest, "request_too_large", fmt.Sprintf("The request body is larger than the limit of %d bytes.", limit))
 }
 
 var (
-	errNoKey = &apiError{status: http.StatusUnauthorized, body: openai.Error{Type: openai.TypeAuthentication, Code: "invalid_api_key",
-		Message: "You didn't provide an API key. Send it in the Authorization header as 'Authorization: Bearer YOUR_KEY'."}}
-	errBadKey = &apiError{status: http.StatusUnauthorized, body: openai.Error{Type: openai.TypeAuthentication, Code: "invalid_api_key",
-		Message: "Incorrect API key provided, or the key was revoked."}}
-	errSuspended = &apiError{status: http.StatusForbidden, body: openai.Error{Type: openai.TypePermission, Code: "organization_suspended",
-		Message: "Your organization is suspended. Contact support to resume it."}}
-	errStoreDown = &apiError{status: http.StatusServiceUnavailable, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "store_unavailable",
-		Message: "The service is temporarily unable to process your request. Retry with exponential backoff."}}
-	errSlotLost = &apiError{status: http.StatusServiceUnavailable, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "slot_lost",
-		Message: "The request was stopped because the gateway could not keep its in-flight slot. Retry with exponential backoff."}}
+	errNoKey         = newError(http.StatusUnauthorized, openai.TypeAuthentication, "invalid_api_key", "You didn't provide an API key. Send it in the Authorization header as 'Authorization: Bearer YOUR_KEY'.")
+	errBadKey        = newError(http.StatusUnauthorized, openai.TypeAuthentication, "invalid_api_key", "Incorrect API key provided, or the key was revoked.")
+	errSuspended     = newError(http.StatusForbidden, openai.TypePermission, "organization_suspended", "Your organization is suspended. Contact support to resume it.")
+	errStoreDown     = newError(http.StatusServiceUnavailable, openai.TypeServiceUnavailable, "store_unavailable", "The service is temporarily unable to process your request. Retry with exponential backoff.")
+	errSlotLost      = newError(http.StatusServiceUnavailable, openai.TypeServiceUnavailable, "slot_lost", "The request was stopped because the gateway could not keep its in-flight slot. Retry with exponential backoff.")
 	errEmptyMessages = invalid("messages", "empty_array", "Invalid 'messages': the array must contain at least one message.")
 )
 
@@ -142,21 +147,13 @@ func errBadGateway(reason string) *apiError {
 	return &apiError{status: http.StatusBadGateway, plain: true, body: openai.Error{Message: reason}}
 }
 
-// typeServer is OpenAI's type of an error of the server's own; the gateway sends it only in
-// the last event of a stream that had already answered 200.
-const typeServer = "server_error"
-
 // The last events of streams the gateway ends with an error; what was generated is billed.
 var (
-	errStreamBroke = &apiError{body: openai.Error{Type: typeServer, Code: "upstream_stream_error",
-		Message: "The model backend failed while streaming the response. The part generated so far is billed."}}
-	errStreamSlotLost = &apiError{body: openai.Error{Type: typeServer, Code: "slot_lost",
-		Message: "The gateway could not keep this request's in-flight slot and stopped it. The part generated so far is billed."}}
-	errStreamDeadline = &apiError{body: openai.Error{Type: typeServer, Code: "deadline_exceeded",
-		Message: "The response reached the gateway's time limit and was cut. The part generated so far is billed."}}
+	errStreamBroke    = newError(0, typeServer, "upstream_stream_error", "The model backend failed while streaming the response. The part generated so far is billed.")
+	errStreamSlotLost = newError(0, typeServer, "slot_lost", "The gateway could not keep this request's in-flight slot and stopped it. The part generated so far is billed.")
+	errStreamDeadline = newError(0, typeServer, "deadline_exceeded", "The response reached the gateway's time limit and was cut. The part generated so far is billed.")
 	// errStreamUnrecorded ends a complete answer whose settlement did not commit in time.
-	errStreamUnrecorded = &apiError{body: openai.Error{Type: typeServer, Code: "store_unavailable",
-		Message: "The answer could not be recorded in time, so it ends without [DONE]. The part delivered is billed once it is recorded."}}
+	errStreamUnrecorded = newError(0, typeServer, "store_unavailable", "The answer could not be recorded in time, so it ends without [DONE]. The part delivered is billed once it is recorded.")
 )
 
 // errNoCredits is the 402 of an admission whose worst case does not fit what is available.
@@ -165,33 +162,31 @@ func errNoCredits(reserve money.Amount) *apiError {
 	if reserve > 0 {
 		msg = fmt.Sprintf("Your organization's available credits (its balance less what its requests in flight have reserved) do not cover this request's maximum cost of $%s. Add credits, or set a lower max_tokens.", reserve)
 	}
-	return &apiError{status: http.StatusPaymentRequired, body: openai.Error{Message: msg, Type: openai.TypeBilling, Code: "insufficient_credits"}}
+	return newError(http.StatusPaymentRequired, openai.TypeBilling, "insufficient_credits", msg)
 }
 
 func errRateLimited(limit int) *apiError {
-	return &apiError{status: http.StatusTooManyRequests, body: openai.Error{Type: openai.TypeRateLimit, Code: "rate_limit_exceeded",
-		Message: fmt.Sprintf("Your organization already has %d requests in flight, its limit. Retry with exponential backoff.", limit)}}
+	return newError(http.StatusTooManyRequests, openai.TypeRateLimit, "rate_limit_exceeded", fmt.Sprintf("Your organization already has %d requests in flight, its limit. Retry with exponential backoff.", limit))
 }
 
 // errModelNotFound quotes at most quoteLen bytes of the id: a client's id may be of any length up
 // to the body limit, and a catalog id is at most catalog.MaxIDLen.
 func errModelNotFound(id string) *apiError {
-	return &apiError{status: http.StatusNotFound, body: openai.Error{Type: openai.TypeInvalidRequest, Param: "model", Code: "model_not_found",
-		Message: "The model `" + clip(id, quoteLen) + "` does not exist or you do not have access to it."}}
+	e := newError(http.StatusNotFound, openai.TypeInvalidRequest, "model_not_found", "The model `"+clip(id, quoteLen)+"` does not exist or you do not have access to it.")
+	e.body.Param = "model"
+	return e
 }
 
 func errNotFound(msg, code string) *apiError {
-	return &apiError{status: http.StatusNotFound, body: openai.Error{Message: msg, Type: openai.TypeInvalidRequest, Code: code}}
+	return newError(http.StatusNotFound, openai.TypeInvalidRequest, code, msg)
 }
 
 func errMethod(r *http.Request, allowed string) *apiError {
-	return &apiError{status: http.StatusMethodNotAllowed, body: openai.Error{Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
-		Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", clip(r.Method, quoteLen), clip(r.URL.Path, quoteLen), allowed)}}
+	return newError(http.StatusMethodNotAllowed, openai.TypeInvalidRequest, "method_not_allowed", fmt.Sprintf("Method %s is not allowed on %s; use %s.", clip(r.Method, quoteLen), clip(r.URL.Path, quoteLen), allowed))
 }
 
 func errUnavailable(model string) *apiError {
-	return &apiError{status: http.StatusServiceUnavailable, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "backend_unavailable",
-		Message: "No backend of model " + model + " is available right now. Retry with exponential backoff."}}
+	return newError(http.StatusServiceUnavailable, openai.TypeServiceUnavailable, "backend_unavailable", "No backend of model "+model+" is available right now. Retry with exponential backoff.")
 }
 
 // errDeadline is a request whose time limit (on Lambda, the invocation's deadline less the settle
@@ -202,8 +197,7 @@ func errDeadline(tooShort bool) *apiError {
 	if tooShort {
 		msg = "The request's time limit leaves no time to call the model backend and settle the request: the function's timeout is shorter than its settle reserve (KILN_SETTLE_RESERVE)."
 	}
-	return &apiError{status: http.StatusServiceUnavailable, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "deadline_exceeded",
-		Message: msg}}
+	return newError(http.StatusServiceUnavailable, openai.TypeServiceUnavailable, "deadline_exceeded", msg)
 }
 
 // errRefused is the client's error for a request the backend refused (a 501, "not implemented",
