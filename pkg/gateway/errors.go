@@ -263,10 +263,8 @@ func engineFailure(msg string) bool {
 func parseBackendError(raw []byte) (be backendError, ok bool) {
 	var resp openai.ErrorResponse
 	if err := openai.DecodeLast(raw, &resp); err != nil {
-		if m, ok := messagePrefix(raw); ok {
-			return backendError{message: m}, true
-		}
-		return backendError{}, false
+		m := messagePrefix(raw)
+		return backendError{message: m}, m != ""
 	}
 	body := resp.ErrorBody
 	if resp.Error.Kind() == '{' {
@@ -293,8 +291,8 @@ func detailMessage(v jsontext.Value) string {
 		return s
 	}
 	var errs []struct {
-		Loc []any  `json:"loc"`
-		Msg string `json:"msg"`
+		Loc []jsontext.Value `json:"loc"`
+		Msg string           `json:"msg"`
 	}
 	if openai.DecodeLast(v, &errs) != nil {
 		return ""
@@ -307,21 +305,21 @@ func detailMessage(v jsontext.Value) string {
 }
 
 // location renders a pydantic error location, ("body", "messages", 0, "role"), as
-// "messages[0].role: ".
-func location(loc []any) string {
+// "messages[0].role: ". Its parts are literals, as JSON or Python's repr of a tuple writes them:
+// a quoted name, or the digits of an index.
+func location[T ~string | ~[]byte](loc []T) string {
 	var b strings.Builder
 	for i, l := range loc {
-		switch v := l.(type) {
-		case string:
-			if i == 0 && v == "body" {
-				continue
-			}
+		name := strings.Trim(string(l), ` '"`)
+		switch _, err := strconv.Atoi(name); {
+		case err == nil:
+			fmt.Fprintf(&b, "[%s]", name)
+		case name == "" || i == 0 && name == "body":
+		default:
 			if b.Len() > 0 {
 				b.WriteByte('.')
 			}
-			b.WriteString(v)
-		case float64:
-			fmt.Fprintf(&b, "[%d]", int(v))
+			b.WriteString(name)
 		}
 	}
 	if b.Len() == 0 {
@@ -331,29 +329,26 @@ func location(loc []any) string {
 }
 
 // messagePrefix finds the "message" string of a JSON error cut short and decodes as much of it
-// as there is.
-func messagePrefix(raw []byte) (string, bool) {
-	i := bytes.Index(raw, []byte(`"message"`))
-	if i < 0 {
-		return "", false
-	}
-	rest, colon := bytes.CutPrefix(bytes.TrimLeft(raw[i+len(`"message"`):], " \t\r\n"), []byte(":"))
+// as there is; "" when there is none.
+func messagePrefix(raw []byte) string {
+	_, rest, found := bytes.Cut(raw, []byte(`"message"`))
+	rest, colon := bytes.CutPrefix(bytes.TrimLeft(rest, " \t\r\n"), []byte(":"))
 	rest = bytes.TrimLeft(rest, " \t\r\n")
-	if !colon || len(rest) == 0 || rest[0] != '"' {
-		return "", false
+	if !found || !colon || len(rest) == 0 || rest[0] != '"' {
+		return ""
 	}
 	if v, err := jsontext.NewDecoder(bytes.NewReader(rest), jsontext.AllowInvalidUTF8(true)).ReadValue(); err == nil {
-		m, ok := openai.String(v) // the whole string arrived
-		return m, ok && m != ""
+		m, _ := openai.String(v) // the whole string arrived
+		return m
 	}
 	// The string closed where it was cut, less an escape (or a character) that did not arrive
 	// whole: at most six bytes, as in \u00e9.
 	for cut := len(rest); cut > max(1, len(rest)-6); cut-- {
 		if m, ok := openai.String(append(rest[:cut:cut], '"')); ok {
-			return m, m != ""
+			return m
 		}
 	}
-	return "", false
+	return ""
 }
 
 // maxBackendMessage bounds the part of a backend's message a client sees.
@@ -396,16 +391,7 @@ func pydanticErrors(msg string) string {
 	}
 	parts := make([]string, 0, len(matches))
 	for _, m := range matches {
-		var loc []any
-		for _, l := range strings.Split(m[1], ",") {
-			l = strings.Trim(strings.TrimSpace(l), "'\"")
-			if n, err := strconv.Atoi(l); err == nil {
-				loc = append(loc, float64(n))
-			} else if l != "" {
-				loc = append(loc, l)
-			}
-		}
-		parts = append(parts, location(loc)+m[2])
+		parts = append(parts, location(strings.Split(m[1], ","))+m[2])
 	}
 	return strings.Join(parts, "; ")
 }
@@ -417,16 +403,14 @@ var pydanticError = regexp.MustCompile(`'loc': \(([^)]*)\), 'msg': ['"]((?:[^'"\
 func dropInputEchoes(msg string) string {
 	for _, marker := range [...]string{"'input': ", "input_value="} {
 		var b strings.Builder
-		rest := msg
-		for {
-			i := strings.Index(rest, marker)
-			if i < 0 {
-				b.WriteString(rest)
+		for rest := msg; ; {
+			before, after, found := strings.Cut(rest, marker)
+			b.WriteString(before)
+			if !found {
 				break
 			}
-			b.WriteString(rest[:i+len(marker)])
-			b.WriteString("…")
-			rest = rest[i+len(marker)+pythonValueLen(rest[i+len(marker):]):]
+			b.WriteString(marker + "…")
+			rest = after[pythonValueLen(after):]
 		}
 		msg = b.String()
 	}
