@@ -27,23 +27,16 @@ const maxReservation = money.Amount(math.MaxInt64)
 func worstCase(ep *endpoint, req *request) money.Amount {
 	m := req.model
 	ctx := int64(m.ContextLength)
-	maxTokens, ok := positiveInt(req, "max_completion_tokens")
-	if !ok || !ep.chat {
-		maxTokens, ok = positiveInt(req, "max_tokens")
+	maxTokens := positiveInt(req, "max_tokens")
+	if mc := positiveInt(req, "max_completion_tokens"); ep.chat && mc > 0 {
+		maxTokens = mc
 	}
-	if !ok || maxTokens > ctx {
+	if maxTokens == 0 || maxTokens > ctx {
 		maxTokens = ctx
 	}
-	k := int64(1)
-	if n, ok := positiveInt(req, "n"); ok {
-		k = n
-	}
-	if b, ok := positiveInt(req, "best_of"); ok && !ep.chat && b > k {
-		k = b
-	}
-	prompts := int64(1)
+	k, prompts := max(1, positiveInt(req, "n")), int64(1)
 	if !ep.chat {
-		prompts = promptCount(req)
+		k, prompts = max(k, positiveInt(req, "best_of")), promptCount(req)
 	}
 	p := m.Pricing
 	p.Input = max(p.Input, p.CachedInput)
@@ -78,17 +71,18 @@ func mul(a, b int64) (int64, bool) {
 	return a * b, false
 }
 
-// positiveInt reads a member of the request that is a positive integer literal.
-func positiveInt(req *request, key string) (int64, bool) {
+// positiveInt reads a member of the request that is a positive integer literal; 0 when it is
+// absent or anything else.
+func positiveInt(req *request, key string) int64 {
 	f, ok := openai.Lookup(req.body, req.fields, key)
 	if !ok {
-		return 0, false
+		return 0
 	}
 	n, err := strconv.ParseInt(string(f.Value(req.body)), 10, 64)
-	if err != nil || n <= 0 {
-		return 0, false
+	if err != nil || n < 0 {
+		return 0
 	}
-	return n, true
+	return n
 }
 
 // promptCount is how many prompts a completions request sends: the elements of a prompt array of
