@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -246,12 +247,12 @@ func rejects(status int) bool {
 // RuntimeError, or a dead engine (EngineDeadError, "EngineCore encountered an issue"), with 400.
 // Such an answer is the backend's failure: a 502 for the client, counted by the breaker.
 func engineFailure(msg string) bool {
-	for _, marker := range [...]string{"EngineCore encountered an issue", "EngineDeadError", "EngineGenerateError", "CUDA error", "RuntimeError"} {
-		if strings.Contains(msg, marker) {
-			return true
-		}
-	}
-	return false
+	return containsAny(msg, "EngineCore encountered an issue", "EngineDeadError", "EngineGenerateError", "CUDA error", "RuntimeError")
+}
+
+// containsAny reports whether s contains any of subs.
+func containsAny(s string, subs ...string) bool {
+	return slices.ContainsFunc(subs, func(sub string) bool { return strings.Contains(s, sub) })
 }
 
 // parseBackendError reads a model server's error: vLLM's {"error":{"message","type","param",
@@ -370,12 +371,7 @@ func backendMessage(raw, backendModel, publicModel string, injected []string) (c
 	if backendModel != "" && backendModel != publicModel {
 		msg = strings.ReplaceAll(msg, backendModel, publicModel)
 	}
-	for _, k := range injected {
-		if strings.Contains(msg, k) {
-			msg = ""
-		}
-	}
-	if msg == "" || msg[0] == '{' || msg[0] == '[' || msg[0] == '<' {
+	if msg == "" || containsAny(msg, injected...) || msg[0] == '{' || msg[0] == '[' || msg[0] == '<' {
 		return "The model server rejected the request.", logged
 	}
 	return clip(msg, maxBackendMessage), logged
