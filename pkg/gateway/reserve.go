@@ -46,29 +46,22 @@ func worstCase(ep *endpoint, req *request) money.Amount {
 		{ctx, 0},
 		{ctx - maxTokens, maxTokens},
 	} {
-		completion, overflow := mul(k, at.completion)
-		if overflow {
-			return maxReservation
-		}
-		c, err := p.Cost(at.prompt, 0, completion)
+		c, err := p.Cost(at.prompt, 0, mul(k, at.completion))
 		if err != nil {
-			return maxReservation
+			return maxReservation // beyond any amount
 		}
 		worst = max(worst, c)
 	}
-	total, overflow := mul(prompts, int64(worst))
-	if overflow {
-		return maxReservation
-	}
-	return money.Amount(total)
+	return money.Amount(mul(prompts, int64(worst)))
 }
 
-// mul multiplies two non-negative counts, reporting overflow.
-func mul(a, b int64) (int64, bool) {
+// mul multiplies two non-negative counts, saturating at math.MaxInt64 (maxReservation) where the
+// product overflows: a bound that large is refused all the same.
+func mul(a, b int64) int64 {
 	if a != 0 && b > math.MaxInt64/a {
-		return 0, true
+		return math.MaxInt64
 	}
-	return a * b, false
+	return a * b
 }
 
 // positiveInt reads a member of the request that is a positive integer literal; 0 when it is
