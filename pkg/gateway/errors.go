@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -94,40 +95,45 @@ func errorEventData(err error) []byte {
 	return openai.AppendData(nil, answer(err).body.AppendJSON(nil))
 }
 
+// newError is the error of status with an OpenAI error body of no param.
+func newError(status int, typ, code, message string) *apiError {
+	return &apiError{status: status, body: openai.Error{Message: message, Type: typ, Code: code}}
+}
+
+// typeServer is OpenAI's type of an error of the server's own; the gateway sends it only in
+// the last event of a stream that had already answered 200.
+const typeServer = "server_error"
+
 func invalid(param, code, format string, args ...any) *apiError {
-	return &apiError{status: http.StatusBadRequest, body: openai.Error{
-		Message: fmt.Sprintf(format, args...), Type: openai.TypeInvalidRequest, Param: param, Code: code,
-	}}
+	e := newError(http.StatusBadRequest, openai.TypeInvalidRequest, code, fmt.Sprintf(format, args...))
+	e.body.Param = param
+	return e
 }
 
 func errMaintenance(until time.Time) *apiError {
-	return &apiError{status: http.StatusServiceUnavailable, retryAfter: until, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "maintenance",
-		Message: "The service is in maintenance until " + until.UTC().Format(time.RFC3339) + ". Retry after that time."}}
+	e := newError(http.StatusServiceUnavailable, openai.TypeServiceUnavailable, "maintenance", "The service is in maintenance until "+until.UTC().Format(time.RFC3339)+". Retry after that time.")
+	e.retryAfter = until
+	return e
 }
 
 // errRequestTimeout is the 408 of a body that stalled; the connection is closed after it, as the
 // rest of the body may still be on its way.
 func errRequestTimeout(every time.Duration) *apiError {
-	return &apiError{status: http.StatusRequestTimeout, close: true, body: openai.Error{Type: openai.TypeInvalidRequest, Code: "request_timeout",
-		Message: "The request body did not arrive in time: nothing of it came for " + every.String() + ". Send the whole body without pausing."}}
+	e := newError(http.StatusRequestTimeout, openai.TypeInvalidRequest, "request_timeout", "The request body did not arrive in time: nothing of it came for "+every.String()+". Send the whole body without pausing.")
+	e.close = true
+	return e
 }
 
 func errTooLarge(limit int64) *apiError {
-	return &apiError{status: http.StatusRequestEntityTooLarge, body: openai.Error{Type: openai.TypeInvalidRequest, Code: "request_too_large",
-		Message: fmt.Sprintf("The request body is larger than the limit of %d bytes.", limit)}}
+	return newError(http.StatusRequestEntityTooLarge, openai.TypeInvalidRequest, "request_too_large", fmt.Sprintf("The request body is larger than the limit of %d bytes.", limit))
 }
 
 var (
-	errNoKey = &apiError{status: http.StatusUnauthorized, body: openai.Error{Type: openai.TypeAuthentication, Code: "invalid_api_key",
-		Message: "You didn't provide an API key. Send it in the Authorization header as 'Authorization: Bearer YOUR_KEY'."}}
-	errBadKey = &apiError{status: http.StatusUnauthorized, body: openai.Error{Type: openai.TypeAuthentication, Code: "invalid_api_key",
-		Message: "Incorrect API key provided, or the key was revoked."}}
-	errSuspended = &apiError{status: http.StatusForbidden, body: openai.Error{Type: openai.TypePermission, Code: "organization_suspended",
-		Message: "Your organization is suspended. Contact support to resume it."}}
-	errStoreDown = &apiError{status: http.StatusServiceUnavailable, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "store_unavailable",
-		Message: "The service is temporarily unable to process your request. Retry with exponential backoff."}}
-	errSlotLost = &apiError{status: http.StatusServiceUnavailable, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "slot_lost",
-		Message: "The request was stopped because the gateway could not keep its in-flight slot. Retry with exponential backoff."}}
+	errNoKey         = newError(http.StatusUnauthorized, openai.TypeAuthentication, "invalid_api_key", "You didn't provide an API key. Send it in the Authorization header as 'Authorization: Bearer YOUR_KEY'.")
+	errBadKey        = newError(http.StatusUnauthorized, openai.TypeAuthentication, "invalid_api_key", "Incorrect API key provided, or the key was revoked.")
+	errSuspended     = newError(http.StatusForbidden, openai.TypePermission, "organization_suspended", "Your organization is suspended. Contact support to resume it.")
+	errStoreDown     = newError(http.StatusServiceUnavailable, openai.TypeServiceUnavailable, "store_unavailable", "The service is temporarily unable to process your request. Retry with exponential backoff.")
+	errSlotLost      = newError(http.StatusServiceUnavailable, openai.TypeServiceUnavailable, "slot_lost", "The request was stopped because the gateway could not keep its in-flight slot. Retry with exponential backoff.")
 	errEmptyMessages = invalid("messages", "empty_array", "Invalid 'messages': the array must contain at least one message.")
 )
 
@@ -142,21 +148,13 @@ func errBadGateway(reason string) *apiError {
 	return &apiError{status: http.StatusBadGateway, plain: true, body: openai.Error{Message: reason}}
 }
 
-// typeServer is OpenAI's type of an error of the server's own; the gateway sends it only in
-// the last event of a stream that had already answered 200.
-const typeServer = "server_error"
-
 // The last events of streams the gateway ends with an error; what was generated is billed.
 var (
-	errStreamBroke = &apiError{body: openai.Error{Type: typeServer, Code: "upstream_stream_error",
-		Message: "The model backend failed while streaming the response. The part generated so far is billed."}}
-	errStreamSlotLost = &apiError{body: openai.Error{Type: typeServer, Code: "slot_lost",
-		Message: "The gateway could not keep this request's in-flight slot and stopped it. The part generated so far is billed."}}
-	errStreamDeadline = &apiError{body: openai.Error{Type: typeServer, Code: "deadline_exceeded",
-		Message: "The response reached the gateway's time limit and was cut. The part generated so far is billed."}}
+	errStreamBroke    = newError(0, typeServer, "upstream_stream_error", "The model backend failed while streaming the response. The part generated so far is billed.")
+	errStreamSlotLost = newError(0, typeServer, "slot_lost", "The gateway could not keep this request's in-flight slot and stopped it. The part generated so far is billed.")
+	errStreamDeadline = newError(0, typeServer, "deadline_exceeded", "The response reached the gateway's time limit and was cut. The part generated so far is billed.")
 	// errStreamUnrecorded ends a complete answer whose settlement did not commit in time.
-	errStreamUnrecorded = &apiError{body: openai.Error{Type: typeServer, Code: "store_unavailable",
-		Message: "The answer could not be recorded in time, so it ends without [DONE]. The part delivered is billed once it is recorded."}}
+	errStreamUnrecorded = newError(0, typeServer, "store_unavailable", "The answer could not be recorded in time, so it ends without [DONE]. The part delivered is billed once it is recorded.")
 )
 
 // errNoCredits is the 402 of an admission whose worst case does not fit what is available.
@@ -165,33 +163,31 @@ func errNoCredits(reserve money.Amount) *apiError {
 	if reserve > 0 {
 		msg = fmt.Sprintf("Your organization's available credits (its balance less what its requests in flight have reserved) do not cover this request's maximum cost of $%s. Add credits, or set a lower max_tokens.", reserve)
 	}
-	return &apiError{status: http.StatusPaymentRequired, body: openai.Error{Message: msg, Type: openai.TypeBilling, Code: "insufficient_credits"}}
+	return newError(http.StatusPaymentRequired, openai.TypeBilling, "insufficient_credits", msg)
 }
 
 func errRateLimited(limit int) *apiError {
-	return &apiError{status: http.StatusTooManyRequests, body: openai.Error{Type: openai.TypeRateLimit, Code: "rate_limit_exceeded",
-		Message: fmt.Sprintf("Your organization already has %d requests in flight, its limit. Retry with exponential backoff.", limit)}}
+	return newError(http.StatusTooManyRequests, openai.TypeRateLimit, "rate_limit_exceeded", fmt.Sprintf("Your organization already has %d requests in flight, its limit. Retry with exponential backoff.", limit))
 }
 
 // errModelNotFound quotes at most quoteLen bytes of the id: a client's id may be of any length up
 // to the body limit, and a catalog id is at most catalog.MaxIDLen.
 func errModelNotFound(id string) *apiError {
-	return &apiError{status: http.StatusNotFound, body: openai.Error{Type: openai.TypeInvalidRequest, Param: "model", Code: "model_not_found",
-		Message: "The model `" + clip(id, quoteLen) + "` does not exist or you do not have access to it."}}
+	e := newError(http.StatusNotFound, openai.TypeInvalidRequest, "model_not_found", "The model `"+clip(id, quoteLen)+"` does not exist or you do not have access to it.")
+	e.body.Param = "model"
+	return e
 }
 
 func errNotFound(msg, code string) *apiError {
-	return &apiError{status: http.StatusNotFound, body: openai.Error{Message: msg, Type: openai.TypeInvalidRequest, Code: code}}
+	return newError(http.StatusNotFound, openai.TypeInvalidRequest, code, msg)
 }
 
 func errMethod(r *http.Request, allowed string) *apiError {
-	return &apiError{status: http.StatusMethodNotAllowed, body: openai.Error{Type: openai.TypeInvalidRequest, Code: "method_not_allowed",
-		Message: fmt.Sprintf("Method %s is not allowed on %s; use %s.", clip(r.Method, quoteLen), clip(r.URL.Path, quoteLen), allowed)}}
+	return newError(http.StatusMethodNotAllowed, openai.TypeInvalidRequest, "method_not_allowed", fmt.Sprintf("Method %s is not allowed on %s; use %s.", clip(r.Method, quoteLen), clip(r.URL.Path, quoteLen), allowed))
 }
 
 func errUnavailable(model string) *apiError {
-	return &apiError{status: http.StatusServiceUnavailable, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "backend_unavailable",
-		Message: "No backend of model " + model + " is available right now. Retry with exponential backoff."}}
+	return newError(http.StatusServiceUnavailable, openai.TypeServiceUnavailable, "backend_unavailable", "No backend of model "+model+" is available right now. Retry with exponential backoff.")
 }
 
 // errDeadline is a request whose time limit (on Lambda, the invocation's deadline less the settle
@@ -202,8 +198,7 @@ func errDeadline(tooShort bool) *apiError {
 	if tooShort {
 		msg = "The request's time limit leaves no time to call the model backend and settle the request: the function's timeout is shorter than its settle reserve (KILN_SETTLE_RESERVE)."
 	}
-	return &apiError{status: http.StatusServiceUnavailable, body: openai.Error{Type: openai.TypeServiceUnavailable, Code: "deadline_exceeded",
-		Message: msg}}
+	return newError(http.StatusServiceUnavailable, openai.TypeServiceUnavailable, "deadline_exceeded", msg)
 }
 
 // errRefused is the client's error for a request the backend refused (a 501, "not implemented",
@@ -252,12 +247,12 @@ func rejects(status int) bool {
 // RuntimeError, or a dead engine (EngineDeadError, "EngineCore encountered an issue"), with 400.
 // Such an answer is the backend's failure: a 502 for the client, counted by the breaker.
 func engineFailure(msg string) bool {
-	for _, marker := range [...]string{"EngineCore encountered an issue", "EngineDeadError", "EngineGenerateError", "CUDA error", "RuntimeError"} {
-		if strings.Contains(msg, marker) {
-			return true
-		}
-	}
-	return false
+	return containsAny(msg, "EngineCore encountered an issue", "EngineDeadError", "EngineGenerateError", "CUDA error", "RuntimeError")
+}
+
+// containsAny reports whether s contains any of subs.
+func containsAny(s string, subs ...string) bool {
+	return slices.ContainsFunc(subs, func(sub string) bool { return strings.Contains(s, sub) })
 }
 
 // parseBackendError reads a model server's error: vLLM's {"error":{"message","type","param",
@@ -269,10 +264,8 @@ func engineFailure(msg string) bool {
 func parseBackendError(raw []byte) (be backendError, ok bool) {
 	var resp openai.ErrorResponse
 	if err := openai.DecodeLast(raw, &resp); err != nil {
-		if m, ok := messagePrefix(raw); ok {
-			return backendError{message: m}, true
-		}
-		return backendError{}, false
+		m := messagePrefix(raw)
+		return backendError{message: m}, m != ""
 	}
 	body := resp.ErrorBody
 	if resp.Error.Kind() == '{' {
@@ -299,8 +292,8 @@ func detailMessage(v jsontext.Value) string {
 		return s
 	}
 	var errs []struct {
-		Loc []any  `json:"loc"`
-		Msg string `json:"msg"`
+		Loc []jsontext.Value `json:"loc"`
+		Msg string           `json:"msg"`
 	}
 	if openai.DecodeLast(v, &errs) != nil {
 		return ""
@@ -313,21 +306,21 @@ func detailMessage(v jsontext.Value) string {
 }
 
 // location renders a pydantic error location, ("body", "messages", 0, "role"), as
-// "messages[0].role: ".
-func location(loc []any) string {
+// "messages[0].role: ". Its parts are literals, as JSON or Python's repr of a tuple writes them:
+// a quoted name, or the digits of an index.
+func location[T ~string | ~[]byte](loc []T) string {
 	var b strings.Builder
 	for i, l := range loc {
-		switch v := l.(type) {
-		case string:
-			if i == 0 && v == "body" {
-				continue
-			}
+		name := strings.Trim(string(l), ` '"`)
+		switch _, err := strconv.Atoi(name); {
+		case err == nil:
+			fmt.Fprintf(&b, "[%s]", name)
+		case name == "" || i == 0 && name == "body":
+		default:
 			if b.Len() > 0 {
 				b.WriteByte('.')
 			}
-			b.WriteString(v)
-		case float64:
-			fmt.Fprintf(&b, "[%d]", int(v))
+			b.WriteString(name)
 		}
 	}
 	if b.Len() == 0 {
@@ -337,29 +330,26 @@ func location(loc []any) string {
 }
 
 // messagePrefix finds the "message" string of a JSON error cut short and decodes as much of it
-// as there is.
-func messagePrefix(raw []byte) (string, bool) {
-	i := bytes.Index(raw, []byte(`"message"`))
-	if i < 0 {
-		return "", false
-	}
-	rest, colon := bytes.CutPrefix(bytes.TrimLeft(raw[i+len(`"message"`):], " \t\r\n"), []byte(":"))
+// as there is; "" when there is none.
+func messagePrefix(raw []byte) string {
+	_, rest, found := bytes.Cut(raw, []byte(`"message"`))
+	rest, colon := bytes.CutPrefix(bytes.TrimLeft(rest, " \t\r\n"), []byte(":"))
 	rest = bytes.TrimLeft(rest, " \t\r\n")
-	if !colon || len(rest) == 0 || rest[0] != '"' {
-		return "", false
+	if !found || !colon || len(rest) == 0 || rest[0] != '"' {
+		return ""
 	}
 	if v, err := jsontext.NewDecoder(bytes.NewReader(rest), jsontext.AllowInvalidUTF8(true)).ReadValue(); err == nil {
-		m, ok := openai.String(v) // the whole string arrived
-		return m, ok && m != ""
+		m, _ := openai.String(v) // the whole string arrived
+		return m
 	}
 	// The string closed where it was cut, less an escape (or a character) that did not arrive
 	// whole: at most six bytes, as in \u00e9.
 	for cut := len(rest); cut > max(1, len(rest)-6); cut-- {
 		if m, ok := openai.String(append(rest[:cut:cut], '"')); ok {
-			return m, m != ""
+			return m
 		}
 	}
-	return "", false
+	return ""
 }
 
 // maxBackendMessage bounds the part of a backend's message a client sees.
@@ -381,12 +371,7 @@ func backendMessage(raw, backendModel, publicModel string, injected []string) (c
 	if backendModel != "" && backendModel != publicModel {
 		msg = strings.ReplaceAll(msg, backendModel, publicModel)
 	}
-	for _, k := range injected {
-		if strings.Contains(msg, k) {
-			msg = ""
-		}
-	}
-	if msg == "" || msg[0] == '{' || msg[0] == '[' || msg[0] == '<' {
+	if msg == "" || containsAny(msg, injected...) || msg[0] == '{' || msg[0] == '[' || msg[0] == '<' {
 		return "The model server rejected the request.", logged
 	}
 	return clip(msg, maxBackendMessage), logged
@@ -402,16 +387,7 @@ func pydanticErrors(msg string) string {
 	}
 	parts := make([]string, 0, len(matches))
 	for _, m := range matches {
-		var loc []any
-		for _, l := range strings.Split(m[1], ",") {
-			l = strings.Trim(strings.TrimSpace(l), "'\"")
-			if n, err := strconv.Atoi(l); err == nil {
-				loc = append(loc, float64(n))
-			} else if l != "" {
-				loc = append(loc, l)
-			}
-		}
-		parts = append(parts, location(loc)+m[2])
+		parts = append(parts, location(strings.Split(m[1], ","))+m[2])
 	}
 	return strings.Join(parts, "; ")
 }
@@ -423,16 +399,14 @@ var pydanticError = regexp.MustCompile(`'loc': \(([^)]*)\), 'msg': ['"]((?:[^'"\
 func dropInputEchoes(msg string) string {
 	for _, marker := range [...]string{"'input': ", "input_value="} {
 		var b strings.Builder
-		rest := msg
-		for {
-			i := strings.Index(rest, marker)
-			if i < 0 {
-				b.WriteString(rest)
+		for rest := msg; ; {
+			before, after, found := strings.Cut(rest, marker)
+			b.WriteString(before)
+			if !found {
 				break
 			}
-			b.WriteString(rest[:i+len(marker)])
-			b.WriteString("…")
-			rest = rest[i+len(marker)+pythonValueLen(rest[i+len(marker):]):]
+			b.WriteString(marker + "…")
+			rest = after[pythonValueLen(after):]
 		}
 		msg = b.String()
 	}

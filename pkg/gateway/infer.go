@@ -226,8 +226,5 @@ func (x *exchange) requestCtxDone() bool {
 // absent or not a count), and the number of prompts of a completions prompt array of strings or
 // of token-id lists (1 otherwise; one list of token ids is one prompt).
 func (req *request) choices() (n, prompts int64) {
-	if n, ok := positiveInt(req, "n"); ok {
-		return n, promptCount(req)
-	}
-	return 1, promptCount(req)
+	return max(1, positiveInt(req, "n")), promptCount(req)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/oklog/ulid/v2"
@@ -155,17 +156,12 @@ func writeGeneration(w http.ResponseWriter, ev usage.Event) {
 // when it started, to the millisecond its ULID carries.
 func (g *Gateway) runningElsewhere(ctx context.Context, orgID, generationID string) (usage.Event, bool) {
 	leases, err := g.opt.Store.InFlight(ctx, orgID, g.opt.Clock.Now())
-	if err != nil {
+	if err != nil || !slices.ContainsFunc(leases, func(l store.Lease) bool { return l.HolderID == generationID }) {
 		return usage.Event{}, false
 	}
-	for _, l := range leases {
-		if l.HolderID == generationID {
-			ev := usage.Event{Version: usage.SchemaVersion, GenerationID: generationID, OrgID: orgID, Status: usage.StatusInProgress}
-			if u, err := ulid.Parse(strings.TrimPrefix(generationID, "gen-")); err == nil {
-				ev.StartedAt = ulid.Time(u.Time()).UTC()
-			}
-			return ev, true
-		}
+	ev := usage.Event{Version: usage.SchemaVersion, GenerationID: generationID, OrgID: orgID, Status: usage.StatusInProgress}
+	if u, err := ulid.Parse(strings.TrimPrefix(generationID, "gen-")); err == nil {
+		ev.StartedAt = ulid.Time(u.Time()).UTC()
 	}
-	return usage.Event{}, false
+	return ev, true
 }

@@ -89,20 +89,19 @@ func (g *Gateway) renewLease(s *slot, every time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), every)
 	defer cancel()
 	renewed, err := g.opt.Store.Renew(ctx, lease, g.opt.Clock.Now(), g.opt.LeaseTTL)
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if err != nil {
 		g.log.LogAttrs(ctx, slog.LevelWarn, "lease renewal failed", slog.String("generation_id", lease.HolderID), slog.String("org_id", lease.OrgID), slog.String("error", err.Error()))
-		if errors.Is(err, store.ErrLeaseLost) {
-			if !s.settled {
-				s.lost(causeSlotLost) // the slot is gone; renewing again cannot bring it back
-			}
-			return
-		}
-	} else {
-		s.lease = renewed
 	}
-	if !s.settled {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.settled: // settlement took the lease as it was; nothing re-arms
+	case errors.Is(err, store.ErrLeaseLost):
+		s.lost(causeSlotLost) // the slot is gone; renewing again cannot bring it back
+	default:
+		if err == nil {
+			s.lease = renewed
+		}
 		s.renewer.Reset(every)
 	}
 }

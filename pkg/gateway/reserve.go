@@ -27,23 +27,16 @@ const maxReservation = money.Amount(math.MaxInt64)
 func worstCase(ep *endpoint, req *request) money.Amount {
 	m := req.model
 	ctx := int64(m.ContextLength)
-	maxTokens, ok := positiveInt(req, "max_completion_tokens")
-	if !ok || !ep.chat {
-		maxTokens, ok = positiveInt(req, "max_tokens")
+	maxTokens := positiveInt(req, "max_tokens")
+	if mc := positiveInt(req, "max_completion_tokens"); ep.chat && mc > 0 {
+		maxTokens = mc
 	}
-	if !ok || maxTokens > ctx {
+	if maxTokens == 0 || maxTokens > ctx {
 		maxTokens = ctx
 	}
-	k := int64(1)
-	if n, ok := positiveInt(req, "n"); ok {
-		k = n
-	}
-	if b, ok := positiveInt(req, "best_of"); ok && !ep.chat && b > k {
-		k = b
-	}
-	prompts := int64(1)
+	k, prompts := max(1, positiveInt(req, "n")), int64(1)
 	if !ep.chat {
-		prompts = promptCount(req)
+		k, prompts = max(k, positiveInt(req, "best_of")), promptCount(req)
 	}
 	p := m.Pricing
 	p.Input = max(p.Input, p.CachedInput)
@@ -53,42 +46,36 @@ func worstCase(ep *endpoint, req *request) money.Amount {
 		{ctx, 0},
 		{ctx - maxTokens, maxTokens},
 	} {
-		completion, overflow := mul(k, at.completion)
-		if overflow {
-			return maxReservation
-		}
-		c, err := p.Cost(at.prompt, 0, completion)
+		c, err := p.Cost(at.prompt, 0, mul(k, at.completion))
 		if err != nil {
-			return maxReservation
+			return maxReservation // beyond any amount
 		}
 		worst = max(worst, c)
 	}
-	total, overflow := mul(prompts, int64(worst))
-	if overflow {
-		return maxReservation
-	}
-	return money.Amount(total)
+	return money.Amount(mul(prompts, int64(worst)))
 }
 
-// mul multiplies two non-negative counts, reporting overflow.
-func mul(a, b int64) (int64, bool) {
+// mul multiplies two non-negative counts, saturating at math.MaxInt64 (maxReservation) where the
+// product overflows: a bound that large is refused all the same.
+func mul(a, b int64) int64 {
 	if a != 0 && b > math.MaxInt64/a {
-		return 0, true
+		return math.MaxInt64
 	}
-	return a * b, false
+	return a * b
 }
 
-// positiveInt reads a member of the request that is a positive integer literal.
-func positiveInt(req *request, key string) (int64, bool) {
+// positiveInt reads a member of the request that is a positive integer literal; 0 when it is
+// absent or anything else.
+func positiveInt(req *request, key string) int64 {
 	f, ok := openai.Lookup(req.body, req.fields, key)
 	if !ok {
-		return 0, false
+		return 0
 	}
 	n, err := strconv.ParseInt(string(f.Value(req.body)), 10, 64)
-	if err != nil || n <= 0 {
-		return 0, false
+	if err != nil || n < 0 {
+		return 0
 	}
-	return n, true
+	return n
 }
 
 // promptCount is how many prompts a completions request sends: the elements of a prompt array of

@@ -22,6 +22,8 @@ func TestWorstCase(t *testing.T) {
 		{"prompt array", completionsEndpoint, `{"model":"gpt-oss-120b","prompt":["a","b","c"],"max_tokens":500}`, "0.01381506"},
 		{"token ids are one prompt", completionsEndpoint, `{"model":"gpt-oss-120b","prompt":[1,2,3],"max_tokens":500}`, "0.00460502"},
 		{"best_of above n", completionsEndpoint, `{"model":"gpt-oss-120b","prompt":"a","max_tokens":500,"n":1,"best_of":4}`, "0.00471002"},
+		// k × m overflows int64: a bound beyond any amount, which no balance covers.
+		{"n beyond any amount", chatEndpoint, chatBody("gpt-oss-120b", "hi", `"n":9223372036854775807`), maxReservation.String()},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req, _, e := h.gw.check(tc.ep, []byte(tc.body))

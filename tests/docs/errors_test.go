@@ -91,6 +91,7 @@ func pageErrors(page string) (codes map[string]bool, statuses map[int]bool) {
 // answers what net/http refuses) every error code a client can receive and every status an error
 // answer can have:
 //   - the Code of an openai.Error literal, and the status of the apiError around it;
+//   - the status and code arguments of newError(status, type, code, message);
 //   - the code argument of invalid(param, code, …) (400) and errNotFound(msg, code) (404);
 //   - a literal assigned to a variable named code, or returned for a result named code;
 //   - the status and code literals passed to answer(status, code, msg), and the statuses under
@@ -142,6 +143,11 @@ func gatewayErrors(t *testing.T) (codes map[string]bool, statuses map[int]bool) 
 						if len(n.Args) >= 2 {
 							addCode(n.Args[1])
 							statuses[http.StatusBadRequest] = true
+						}
+					case "newError":
+						if len(n.Args) == 4 {
+							addStatus(n.Args[0])
+							addCode(n.Args[2])
 						}
 					case "errNotFound":
 						if len(n.Args) == 2 {
