@@ -25,14 +25,14 @@ import (
 // (Gateway.finish). CostUSD is a float for graphs; the ledger is the bill. A nil *Metrics writes
 // nothing.
 type Metrics struct {
+	w         io.Writer
 	namespace string
-	mu        sync.Mutex    // one line per write, never interleaved
-	enc       *json.Encoder // writes each line in one Write
+	mu        sync.Mutex // one line per write, never interleaved
 }
 
 // NewMetrics returns Metrics writing lines of namespace to w.
 func NewMetrics(w io.Writer, namespace string) *Metrics {
-	return &Metrics{namespace: namespace, enc: json.NewEncoder(w)}
+	return &Metrics{w: w, namespace: namespace}
 }
 
 type emfMetric struct {
@@ -106,9 +106,13 @@ func (m *Metrics) Refused(err error, orgID string, now time.Time) {
 
 func (m *Metrics) write(line map[string]any, dims [][]string, metrics []emfMetric, now time.Time) {
 	line["_aws"] = emfMeta{Timestamp: now.UnixMilli(), CloudWatchMetrics: []emfDirective{{Namespace: m.namespace, Dimensions: dims, Metrics: metrics}}}
+	b, err := json.Marshal(line)
+	if err != nil {
+		return // cannot happen: every value is a string or a number
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	_ = m.enc.Encode(line) // every value is a string or a number
+	_, _ = m.w.Write(append(b, '\n'))
 }
 
 func statusClass(status int) string {
