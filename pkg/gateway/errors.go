@@ -292,8 +292,8 @@ func detailMessage(v jsontext.Value) string {
 		return s
 	}
 	var errs []struct {
-		Loc []jsontext.Value `json:"loc"`
-		Msg string           `json:"msg"`
+		Loc []any  `json:"loc"`
+		Msg string `json:"msg"`
 	}
 	if openai.DecodeLast(v, &errs) != nil {
 		return ""
@@ -306,21 +306,21 @@ func detailMessage(v jsontext.Value) string {
 }
 
 // location renders a pydantic error location, ("body", "messages", 0, "role"), as
-// "messages[0].role: ". Its parts are literals, as JSON or Python's repr of a tuple writes them:
-// a quoted name, or the digits of an index.
-func location[T ~string | ~[]byte](loc []T) string {
+// "messages[0].role: ".
+func location(loc []any) string {
 	var b strings.Builder
 	for i, l := range loc {
-		name := strings.Trim(string(l), ` '"`)
-		switch _, err := strconv.Atoi(name); {
-		case err == nil:
-			fmt.Fprintf(&b, "[%s]", name)
-		case name == "" || i == 0 && name == "body":
-		default:
+		switch v := l.(type) {
+		case string:
+			if i == 0 && v == "body" {
+				continue
+			}
 			if b.Len() > 0 {
 				b.WriteByte('.')
 			}
-			b.WriteString(name)
+			b.WriteString(v)
+		case float64:
+			fmt.Fprintf(&b, "[%d]", int(v))
 		}
 	}
 	if b.Len() == 0 {
@@ -387,7 +387,16 @@ func pydanticErrors(msg string) string {
 	}
 	parts := make([]string, 0, len(matches))
 	for _, m := range matches {
-		parts = append(parts, location(strings.Split(m[1], ","))+m[2])
+		var loc []any
+		for _, l := range strings.Split(m[1], ",") {
+			l = strings.Trim(strings.TrimSpace(l), "'\"")
+			if n, err := strconv.Atoi(l); err == nil {
+				loc = append(loc, float64(n))
+			} else if l != "" {
+				loc = append(loc, l)
+			}
+		}
+		parts = append(parts, location(loc)+m[2])
 	}
 	return strings.Join(parts, "; ")
 }
