@@ -46,22 +46,29 @@ func worstCase(ep *endpoint, req *request) money.Amount {
 		{ctx, 0},
 		{ctx - maxTokens, maxTokens},
 	} {
-		c, err := p.Cost(at.prompt, 0, mul(k, at.completion))
+		completion, overflow := mul(k, at.completion)
+		if overflow {
+			return maxReservation
+		}
+		c, err := p.Cost(at.prompt, 0, completion)
 		if err != nil {
-			return maxReservation // beyond any amount
+			return maxReservation
 		}
 		worst = max(worst, c)
 	}
-	return money.Amount(mul(prompts, int64(worst)))
+	total, overflow := mul(prompts, int64(worst))
+	if overflow {
+		return maxReservation
+	}
+	return money.Amount(total)
 }
 
-// mul multiplies two non-negative counts, saturating at math.MaxInt64 (maxReservation) where the
-// product overflows: a bound that large is refused all the same.
-func mul(a, b int64) int64 {
+// mul multiplies two non-negative counts, reporting overflow.
+func mul(a, b int64) (int64, bool) {
 	if a != 0 && b > math.MaxInt64/a {
-		return math.MaxInt64
+		return 0, true
 	}
-	return a * b
+	return a * b, false
 }
 
 // positiveInt reads a member of the request that is a positive integer literal; 0 when it is
