@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -207,5 +208,32 @@ func TestRequestLogLine(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// failingOnce fails its first write and keeps the others.
+type failingOnce struct {
+	failed bool
+	lines  int
+}
+
+func (w *failingOnce) Write(p []byte) (int, error) {
+	if !w.failed {
+		w.failed = true
+		return 0, errors.New("write: resource temporarily unavailable")
+	}
+	w.lines += bytes.Count(p, []byte("\n"))
+	return len(p), nil
+}
+
+// TestMetricsOutliveAFailedWrite: a line the writer refuses is lost alone; the next are written.
+func TestMetricsOutliveAFailedWrite(t *testing.T) {
+	w := &failingOnce{}
+	m := NewMetrics(w, "Kiln/test")
+	for range 3 {
+		m.Refused(store.ErrSlotsFull, "org_a", time.Now())
+	}
+	if w.lines != 2 {
+		t.Errorf("%d lines after one failed write, want 2", w.lines)
 	}
 }
