@@ -548,8 +548,10 @@ func TestParseBackendErrorNameTwice(t *testing.T) {
 // TestParseBackendErrorDetail renders FastAPI's list of pydantic errors as the Python text of
 // one is rendered (TestBackendMessage): an index as [n], without the "body" the location starts with.
 func TestParseBackendErrorDetail(t *testing.T) {
-	raw := `{"detail":[{"loc":["body","messages",0,"role"],"msg":"Field required"},{"loc":["query","n"],"msg":"Input should be a valid integer"}]}`
-	want := "messages[0].role: Field required; query.n: Input should be a valid integer"
+	// A client's key as a location part is decoded, escapes and all, and a name of digits is a name.
+	raw := `{"detail":[{"loc":["body","messages",0,"role"],"msg":"Field required"},{"loc":["query","n"],"msg":"Input should be a valid integer"},` +
+		`{"loc":["body","logit_bias","a\"b\u00e9","0"],"msg":"Extra inputs are not permitted"}]}`
+	want := `messages[0].role: Field required; query.n: Input should be a valid integer; logit_bias.a"bé.0: Extra inputs are not permitted`
 	if be, ok := parseBackendError([]byte(raw)); !ok || be.message != want {
 		t.Errorf("parseBackendError = %+v, %v; want message %q", be, ok, want)
 	}
