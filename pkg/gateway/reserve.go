@@ -3,6 +3,7 @@ package gateway
 import (
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/neocloud/kiln/pkg/money"
 	"github.com/neocloud/kiln/pkg/openai"
@@ -71,18 +72,31 @@ func mul(a, b int64) (int64, bool) {
 	return a * b, false
 }
 
-// positiveInt reads a member of the request that is a positive integer literal; 0 when it is
-// absent or anything else.
+// positiveInt reads a count of the request (n, best_of, max_tokens) as pydantic's lax mode, with
+// which vLLM and SGLang validate, reads an int: an integer, a number without a fraction (4.0, 4e0)
+// or a string of either ("4"); 0 when absent or not a positive count. It never reads a count
+// lower than the backend does: a fraction (which the backend refuses) rounds up, and a count
+// beyond int64 is math.MaxInt64.
 func positiveInt(req *request, key string) int64 {
 	f, ok := openai.Lookup(req.body, req.fields, key)
 	if !ok {
 		return 0
 	}
-	n, err := strconv.ParseInt(string(f.Value(req.body)), 10, 64)
-	if err != nil || n < 0 {
-		return 0
+	text := string(f.Value(req.body))
+	if s, ok := openai.String(f.Value(req.body)); ok {
+		text = strings.TrimSpace(s)
 	}
-	return n
+	if n, err := strconv.ParseInt(text, 10, 64); err == nil {
+		return max(n, 0)
+	}
+	x, err := strconv.ParseFloat(text, 64)
+	switch {
+	case err != nil || math.IsInf(x, 0) || !(x > 0):
+		return 0
+	case x >= math.MaxInt64:
+		return math.MaxInt64
+	}
+	return int64(math.Ceil(x))
 }
 
 // promptCount is how many prompts a completions request sends: the elements of a prompt array of

@@ -22,6 +22,13 @@ func TestWorstCase(t *testing.T) {
 		{"prompt array", completionsEndpoint, `{"model":"gpt-oss-120b","prompt":["a","b","c"],"max_tokens":500}`, "0.01381506"},
 		{"token ids are one prompt", completionsEndpoint, `{"model":"gpt-oss-120b","prompt":[1,2,3],"max_tokens":500}`, "0.00460502"},
 		{"best_of above n", completionsEndpoint, `{"model":"gpt-oss-120b","prompt":"a","max_tokens":500,"n":1,"best_of":4}`, "0.00471002"},
+		// Counts are read as the backend's pydantic reads an int: 4.0, 4e0 and "4" are 4.
+		{"n as a float", chatEndpoint, chatBody("gpt-oss-120b", "hi", `"max_tokens":500`, `"n":4.0`), "0.00471002"},
+		{"n with an exponent", chatEndpoint, chatBody("gpt-oss-120b", "hi", `"max_tokens":500`, `"n":4e0`), "0.00471002"},
+		{"n and max_tokens as strings", chatEndpoint, chatBody("gpt-oss-120b", "hi", `"max_tokens":"500"`, `"n":" 4"`), "0.00471002"},
+		{"best_of as a string", completionsEndpoint, `{"model":"gpt-oss-120b","prompt":"a","max_tokens":500,"best_of":"4"}`, "0.00471002"},
+		{"n not a count", chatEndpoint, chatBody("gpt-oss-120b", "hi", `"max_tokens":500`, `"n":"four"`), "0.00460502"},
+		{"n beyond int64", chatEndpoint, chatBody("gpt-oss-120b", "hi", `"n":99999999999999999999`), maxReservation.String()},
 		// k × m overflows int64: a bound beyond any amount, which no balance covers.
 		{"n beyond any amount", chatEndpoint, chatBody("gpt-oss-120b", "hi", `"n":9223372036854775807`), maxReservation.String()},
 	} {
