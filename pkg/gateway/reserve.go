@@ -72,11 +72,12 @@ func mul(a, b int64) (int64, bool) {
 	return a * b, false
 }
 
-// positiveInt reads a count of the request (n, best_of, max_tokens) as pydantic's lax mode, with
-// which vLLM and SGLang validate, reads an int: an integer, a number without a fraction (4.0, 4e0)
-// or a string of either ("4"); 0 when absent or not a positive count. It never reads a count
-// lower than the backend does: a fraction (which the backend refuses) rounds up, and a count
-// beyond int64 is math.MaxInt64.
+// positiveInt reads a count of the request (n, best_of, max_tokens, max_completion_tokens) as
+// pydantic's lax mode, with which vLLM and SGLang validate, reads an int: an integer, a number
+// without a fraction (4.0, 4e0), or a string of an integer or of a decimal without a fraction
+// ("4", " 4.0"); 0 when absent or not a positive count. It never reads a count lower than the
+// backend does: a fraction (which the backend refuses) rounds up, and a count from 2^53 on, where
+// a float64 loses units, is math.MaxInt64 (beyond any amount).
 func positiveInt(req *request, key string) int64 {
 	f, ok := openai.Lookup(req.body, req.fields, key)
 	if !ok {
@@ -93,7 +94,7 @@ func positiveInt(req *request, key string) int64 {
 	switch {
 	case err != nil || math.IsInf(x, 0) || !(x > 0):
 		return 0
-	case x >= math.MaxInt64:
+	case x >= 1<<53:
 		return math.MaxInt64
 	}
 	return int64(math.Ceil(x))

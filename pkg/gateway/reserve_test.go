@@ -27,6 +27,8 @@ func TestWorstCase(t *testing.T) {
 		{"n with an exponent", chatEndpoint, chatBody("gpt-oss-120b", "hi", `"max_tokens":500`, `"n":4e0`), "0.00471002"},
 		{"n and max_tokens as strings", chatEndpoint, chatBody("gpt-oss-120b", "hi", `"max_tokens":"500"`, `"n":" 4"`), "0.00471002"},
 		{"best_of as a string", completionsEndpoint, `{"model":"gpt-oss-120b","prompt":"a","max_tokens":500,"best_of":"4"}`, "0.00471002"},
+		{"n with a fraction reserves the next count", chatEndpoint, chatBody("gpt-oss-120b", "hi", `"max_tokens":500`, `"n":4.5`), "0.00474502"},
+		{"n as a string beyond a float's units", chatEndpoint, chatBody("gpt-oss-120b", "hi", `"n":"9007199254740993.0"`), maxReservation.String()},
 		{"n not a count", chatEndpoint, chatBody("gpt-oss-120b", "hi", `"max_tokens":500`, `"n":"four"`), "0.00460502"},
 		{"n beyond int64", chatEndpoint, chatBody("gpt-oss-120b", "hi", `"n":99999999999999999999`), maxReservation.String()},
 		// k × m overflows int64: a bound beyond any amount, which no balance covers.
