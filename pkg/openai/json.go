@@ -135,51 +135,43 @@ func plain(key []byte) bool {
 
 // parse checks with opts that raw is exactly one JSON object, surrounded by optional
 // whitespace, and returns its top-level members; it reads the choices and usage members into a
-// when there is one.
+// when there is one. The library checks the whole object in one call, and its members are then
+// found in the text it has checked: a call per member cost a relay more (BenchmarkRelayChunk,
+// counted in instructions: 14,999 against 14,716 a chunk on 2026-12-02).
 func parse(dst []Field, raw []byte, opts jsontext.Options, a answer) ([]Field, error) {
+	dst = dst[:0]
+	start := len(raw) - len(bytes.TrimLeft(raw, " \t\r\n"))
+	if start == len(raw) || raw[start] != '{' {
+		return dst, errors.New("invalid JSON: the body must be a JSON object")
+	}
 	d := decoders.Get().(*decoder)
 	defer decoders.Put(d)
 	d.src = *bytes.NewBuffer(raw)
 	d.dec.Reset(&d.src, opts)
-	dst = dst[:0]
-	if tok, err := d.dec.ReadToken(); err != nil || tok.Kind() != '{' {
-		return dst, errors.New("invalid JSON: the body must be a JSON object")
+	if _, err := d.dec.ReadValue(); err != nil {
+		return dst, explain(err)
 	}
-	for {
-		// A key is read as a token, which spares the peek for the '}': ReadToken has checked
-		// that only whitespace and a comma lie between the previous value and the key.
-		prev := int(d.dec.InputOffset())
-		tok, err := d.dec.ReadToken()
-		if err != nil {
-			return dst[:0], explain(err)
-		}
-		if tok.Kind() == '}' {
-			break
-		}
-		f := Field{KeyStart: skipSpace(raw, prev), KeyEnd: int(d.dec.InputOffset())}
-		value, err := d.dec.ReadValue()
-		if err != nil {
-			return dst[:0], explain(err)
-		}
-		f.ValueEnd = int(d.dec.InputOffset())
-		f.ValueStart = f.ValueEnd - len(value)
-		f.escaped = !plain(raw[f.KeyStart:f.KeyEnd])
-		if a != nil {
-			switch {
-			case value[0] == '[' && named(raw, &f, "choices"):
-				// The library has checked the choices; they are read from their text.
-				if _, err := a.readChoices(raw, f.ValueStart); err != nil {
-					return dst[:0], err
-				}
-			case named(raw, &f, "usage"):
+	// Only whitespace may follow the '}': the text is one object.
+	end := int(d.dec.InputOffset())
+	if len(bytes.TrimLeft(raw[end:], " \t\r\n")) > 0 {
+		return dst, fmt.Errorf("invalid JSON at byte %d: text after the object", end)
+	}
+	for i := skipSpace(raw, start+1); i < end && raw[i] == '"'; i = skipSpace(raw, i) {
+		keyEnd, escaped := skipString(raw, i)
+		f := Field{KeyStart: i, KeyEnd: keyEnd, ValueStart: skipSpace(raw, keyEnd), escaped: escaped}
+		if a != nil && raw[f.ValueStart] == '[' && named(raw, &f, "choices") {
+			var err error
+			if f.ValueEnd, err = a.readChoices(raw, f.ValueStart); err != nil {
+				return dst[:0], err
+			}
+		} else {
+			f.ValueEnd = skipValue(raw, f.ValueStart)
+			if a != nil && named(raw, &f, "usage") {
 				a.setUsage(raw[f.ValueStart:f.ValueEnd:f.ValueEnd])
 			}
 		}
 		dst = append(dst, f)
-	}
-	// Only whitespace may follow the '}': the text is one object.
-	if end := int(d.dec.InputOffset()); len(bytes.TrimLeft(raw[end:], " \t\r\n")) > 0 {
-		return dst[:0], fmt.Errorf("invalid JSON at byte %d: text after the object", end)
+		i = f.ValueEnd
 	}
 	return dst, nil
 }
@@ -403,14 +395,12 @@ func skipValue(raw []byte, i int) int {
 	}
 	switch raw[i] {
 	case '"':
-		end, _ := skipString(raw, i)
-		return end
+		return stringEnd(raw, i)
 	case '{', '[':
 		for depth := 0; i < len(raw); i++ {
 			switch raw[i] {
 			case '"':
-				i, _ = skipString(raw, i)
-				i--
+				i = stringEnd(raw, i) - 1
 			case '{', '[':
 				depth++
 			case '}', ']':
@@ -421,25 +411,48 @@ func skipValue(raw []byte, i int) int {
 		}
 		return i
 	}
-	for i++; i < len(raw) && raw[i] != ',' && raw[i] != '}' && raw[i] != ']' && !isSpace(raw[i]); i++ {
+	for i++; i < len(raw) && class[raw[i]]&ends == 0; i++ {
 		// a number or literal, of one byte at least: a walk always moves on
 	}
 	return i
+}
+
+// stringEnd returns where the string that starts at raw[i] ends: at the first quote after it
+// that an even number of backslashes precede. Strings are most of a chunk's bytes; IndexByte
+// skips them faster than a loop over their bytes.
+func stringEnd(raw []byte, i int) int {
+	for i++; i < len(raw); {
+		q := bytes.IndexByte(raw[i:], '"')
+		if q < 0 {
+			break
+		}
+		i += q + 1
+		b := i - 2 // the byte before the quote; the opening quote ends a run of backslashes
+		for raw[b] == '\\' {
+			b--
+		}
+		if (i-2-b)%2 == 0 {
+			return i
+		}
+	}
+	return len(raw)
 }
 
 // skipString returns where the string that starts at raw[i] ends, and whether it is written with
 // escapes or beyond ASCII (so that it may not decode to itself).
 func skipString(raw []byte, i int) (end int, escaped bool) {
 	for i++; i < len(raw); i++ {
-		switch c := raw[i]; {
+		c := raw[i]
+		if class[c]&inString == 0 {
+			continue
+		}
+		switch {
 		case c == '"':
 			return i + 1, escaped
 		case c == '\\':
 			i++ // the escaped byte
-			escaped = true
-		case c >= utf8.RuneSelf:
-			escaped = true
 		}
+		escaped = true
 	}
 	return i, escaped
 }
@@ -447,12 +460,29 @@ func skipString(raw []byte, i int) (end int, escaped bool) {
 // skipSpace returns the offset of the first byte from raw[i] on that is neither whitespace nor
 // a comma or colon between members.
 func skipSpace(raw []byte, i int) int {
-	for i < len(raw) && between[raw[i]] {
+	for i < len(raw) && class[raw[i]]&between != 0 {
 		i++
 	}
 	return i
 }
 
-var between = [256]bool{' ': true, '\t': true, '\r': true, '\n': true, ':': true, ',': true}
+// The classes of bytes the walks look for, one table lookup a byte.
+const (
+	between  = 1 << iota // whitespace, or the ',' or ':' between members
+	ends                 // ends a number or literal: whitespace, ',', '}' or ']'
+	inString             // ends a string, or may make it decode to other bytes: '"', '\\', beyond ASCII
+)
+
+var class = func() (c [256]uint8) {
+	for _, b := range []byte(" \t\r\n") {
+		c[b] = between | ends
+	}
+	c[','], c[':'], c['}'], c[']'] = between|ends, between, ends, ends
+	c['"'], c['\\'] = inString, inString
+	for b := utf8.RuneSelf; b < len(c); b++ {
+		c[b] = inString
+	}
+	return c
+}()
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
