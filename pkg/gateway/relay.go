@@ -333,7 +333,7 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 		return nil, err
 	}
 	fields := b.fields
-	if _, ok := openai.Lookup(data, fields, "error"); ok {
+	if b.chunk.Error != nil {
 		r.refusal = errorEvent(data)
 		return nil, errBackendEvent
 	}

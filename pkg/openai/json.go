@@ -73,11 +73,11 @@ var decoders = sync.Pool{New: func() any { d := new(decoder); d.dec = jsontext.N
 // them (DecodeLast). It allocates only to grow dst.
 func parseObject(dst []Field, raw []byte) ([]Field, error) { return parseAnswer(dst, raw, nil) }
 
-// ParseChunk is parseObject for a streamed chunk that reads, in the same pass, its choices and
-// usage into chunk: a relay reads every chunk this way. A choices member that is not an array
-// leaves chunk.Choices empty.
+// ParseChunk is parseObject for a streamed chunk that reads, in the same pass, its choices,
+// usage and error into chunk: a relay reads every chunk this way. A choices member that is not
+// an array leaves chunk.Choices empty.
 func ParseChunk(dst []Field, raw []byte, chunk *ChatCompletionChunk) ([]Field, error) {
-	chunk.Choices, chunk.Usage = chunk.Choices[:0], nil
+	chunk.Choices, chunk.Usage, chunk.Error = chunk.Choices[:0], nil, nil
 	return parseAnswer(dst, raw, chunk)
 }
 
@@ -88,11 +88,25 @@ func ParseCompletion(dst []Field, raw []byte, c *ChatCompletion) ([]Field, error
 	return parseAnswer(dst, raw, c)
 }
 
-// answer is what parse reads an answer's choices and usage into, in its pass over the answer.
+// answer is what parse reads an answer's members into, in its pass over the answer: member reads
+// the member f of raw if the answer's type holds it, and returns where its value ends.
 type answer interface {
-	readChoices(v []byte, i int) (end int, err error) // the array at v[i]
-	setUsage(v jsontext.Value)
+	member(raw []byte, f Field) (end int, err error)
 }
+
+// name returns f's key, decoded, as bytes to switch on: those of raw unless the key is escaped.
+func (f Field) name(raw []byte) []byte {
+	if f.escaped {
+		return f.unquoted(raw)
+	}
+	return raw[f.KeyStart+1 : f.KeyEnd-1]
+}
+
+// unquoted is name for an escaped key. It is kept out of name, which parse calls for every
+// member, so that name is inlined.
+//
+//go:noinline
+func (f Field) unquoted(raw []byte) []byte { return []byte(f.Key(raw)) }
 
 // parseAnswer is parseObject reading into a (when not nil).
 func parseAnswer(dst []Field, raw []byte, a answer) ([]Field, error) {
@@ -123,19 +137,9 @@ func sameKey(raw []byte, a, b *Field) bool {
 	return string(raw[a.KeyStart:a.KeyEnd]) == string(raw[b.KeyStart:b.KeyEnd])
 }
 
-// plain reports whether a key as written decodes to itself: ASCII without escapes.
-func plain(key []byte) bool {
-	for _, c := range key {
-		if c == '\\' || c >= utf8.RuneSelf {
-			return false
-		}
-	}
-	return true
-}
-
 // parse checks with opts that raw is exactly one JSON object, surrounded by optional
-// whitespace, and returns its top-level members; it reads the choices and usage members into a
-// when there is one. The library checks the whole object in one call, and its members are then
+// whitespace, and returns its top-level members; when a is not nil, each member goes through
+// a.member. The library checks the whole object in one call, and its members are then
 // found in the text it has checked: a call per member cost a relay more (BenchmarkRelayChunk,
 // counted in instructions: 14,999 against 14,716 a chunk on 2026-12-02).
 func parse(dst []Field, raw []byte, opts jsontext.Options, a answer) ([]Field, error) {
@@ -148,7 +152,8 @@ func parse(dst []Field, raw []byte, opts jsontext.Options, a answer) ([]Field, e
 	defer decoders.Put(d)
 	d.src = *bytes.NewBuffer(raw)
 	d.dec.Reset(&d.src, opts)
-	if _, err := d.dec.ReadValue(); err != nil {
+	_, err := d.dec.ReadValue()
+	if err != nil {
 		return dst, explain(err)
 	}
 	// Only whitespace may follow the '}': the text is one object.
@@ -159,16 +164,10 @@ func parse(dst []Field, raw []byte, opts jsontext.Options, a answer) ([]Field, e
 	for i := skipSpace(raw, start+1); i < end && raw[i] == '"'; i = skipSpace(raw, i) {
 		keyEnd, escaped := skipString(raw, i)
 		f := Field{KeyStart: i, KeyEnd: keyEnd, ValueStart: skipSpace(raw, keyEnd), escaped: escaped}
-		if a != nil && raw[f.ValueStart] == '[' && named(raw, &f, "choices") {
-			var err error
-			if f.ValueEnd, err = a.readChoices(raw, f.ValueStart); err != nil {
-				return dst[:0], err
-			}
-		} else {
+		if a == nil {
 			f.ValueEnd = skipValue(raw, f.ValueStart)
-			if a != nil && named(raw, &f, "usage") {
-				a.setUsage(raw[f.ValueStart:f.ValueEnd:f.ValueEnd])
-			}
+		} else if f.ValueEnd, err = a.member(raw, f); err != nil {
+			return dst[:0], err
 		}
 		dst = append(dst, f)
 		i = f.ValueEnd

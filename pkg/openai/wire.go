@@ -132,13 +132,20 @@ type Choice struct {
 	FinishReason string `json:"finish_reason,omitzero"` // "" unless a string
 }
 
-// readChoices reads the array of choices at v[i], as ChatCompletionChunk's does.
-func (c *ChatCompletion) readChoices(v []byte, i int) (end int, err error) {
-	c.Choices, end, err = readArray(v, i, c.Choices[:0])
-	return end, err
+// member reads an answer's choices (when an array) and usage, as ChatCompletionChunk's does.
+func (c *ChatCompletion) member(raw []byte, f Field) (end int, err error) {
+	switch string(f.name(raw)) {
+	case "choices":
+		if raw[f.ValueStart] == '[' {
+			c.Choices, end, err = readArray(raw, f.ValueStart, c.Choices[:0])
+			return end, err
+		}
+	case "usage":
+		c.Usage, end = valueAt(raw, f.ValueStart)
+		return end, nil
+	}
+	return skipValue(raw, f.ValueStart), nil
 }
-
-func (c *ChatCompletion) setUsage(v jsontext.Value) { c.Usage = v }
 
 // UnmarshalJSONFrom reads a choice.
 func (c *Choice) UnmarshalJSONFrom(dec *jsontext.Decoder) error { return readValue(dec, c.read) }
@@ -162,6 +169,9 @@ type ChatCompletionChunk struct {
 	// Usage is kept as written, for ParseUsage and the cost added to it; after ParseChunk it
 	// is the chunk's own bytes, valid as long as they are.
 	Usage jsontext.Value `json:"usage,omitzero"`
+	// Error is an error event's error, kept as written: vLLM ends a stream that fails with
+	// {"error": {...}} in place of a chunk.
+	Error jsontext.Value `json:"error,omitzero"`
 }
 
 // ChunkChoice is one element of a chunk's choices: Delta for chat, Text for completions.
@@ -194,14 +204,30 @@ func (d *ChunkDelta) Generated() bool {
 // that of a member written twice, which the client's JSON parser reads as the last one, nothing
 // of the first remains.
 
-// readChoices reads the array of choices at v[i]. An element that is not an object reads as a
-// choice without members.
-func (c *ChatCompletionChunk) readChoices(v []byte, i int) (end int, err error) {
-	c.Choices, end, err = readArray(v, i, c.Choices[:0])
-	return end, err
+// member reads a chunk's choices (when an array: an element that is not an object reads as a
+// choice without members), usage and error.
+func (c *ChatCompletionChunk) member(raw []byte, f Field) (end int, err error) {
+	switch string(f.name(raw)) {
+	case "choices":
+		if raw[f.ValueStart] == '[' {
+			c.Choices, end, err = readArray(raw, f.ValueStart, c.Choices[:0])
+			return end, err
+		}
+	case "usage":
+		c.Usage, end = valueAt(raw, f.ValueStart)
+		return end, nil
+	case "error":
+		c.Error, end = valueAt(raw, f.ValueStart)
+		return end, nil
+	}
+	return skipValue(raw, f.ValueStart), nil
 }
 
-func (c *ChatCompletionChunk) setUsage(v jsontext.Value) { c.Usage = v }
+// valueAt returns the valid value that starts at raw[i], capped at its end, and where it ends.
+func valueAt(raw []byte, i int) (jsontext.Value, int) {
+	end := skipValue(raw, i)
+	return raw[i:end:end], end
+}
 
 // readArray appends the elements of the valid array at v[i] to dst and returns where the array
 // ends. An element that is not an object reads as the zero value.
