@@ -344,9 +344,7 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 	hasUsage := usage != nil
 	nullUsage := hasUsage && usage.Kind() == 'n' // SGLang writes "usage": null
 	hasUsage = hasUsage && !nullUsage
-	cf, _ := openai.Lookup(data, fields, "choices")
-	choices := cf.Value(data)
-	final := choices.Kind() == '[' && len(b.chunk.Choices) == 0
+	final := len(b.chunk.Choices) == 0 && emptyChoices(data, fields)
 	r.content = false
 	edits := b.edits[:0]
 	index := 0
@@ -398,6 +396,14 @@ func (r *relayState) chunk(data []byte) ([]byte, error) {
 	b.out = openai.Rewrite(b.out, data, fields, edits...)
 	b.out = append(b.out, "\n\n"...)
 	return b.out, nil
+}
+
+// emptyChoices reports whether a chunk from which no choice was read has a choices array: an
+// empty one, as a usage chunk has. It is apart from chunk because content chunks, which have a
+// choice, need not look.
+func emptyChoices(data []byte, fields []openai.Field) bool {
+	f, _ := openai.Lookup(data, fields, "choices")
+	return f.Value(data).Kind() == '['
 }
 
 // usageChunkHead is the start of a usage chunk for the stream whose first chunk is data: its id
