@@ -144,7 +144,7 @@ func sameKey(raw []byte, a, b *Field) bool {
 // counted in instructions: 14,999 against 14,716 a chunk on 2026-12-02).
 func parse(dst []Field, raw []byte, opts jsontext.Options, a answer) ([]Field, error) {
 	dst = dst[:0]
-	start := len(raw) - len(bytes.TrimLeft(raw, " \t\r\n"))
+	start := skipWhitespace(raw, 0)
 	if start == len(raw) || raw[start] != '{' {
 		return dst, errors.New("invalid JSON: the body must be a JSON object")
 	}
@@ -158,7 +158,7 @@ func parse(dst []Field, raw []byte, opts jsontext.Options, a answer) ([]Field, e
 	}
 	// Only whitespace may follow the '}': the text is one object.
 	end := int(d.dec.InputOffset())
-	if len(bytes.TrimLeft(raw[end:], " \t\r\n")) > 0 {
+	if skipWhitespace(raw, end) < len(raw) {
 		return dst, fmt.Errorf("invalid JSON at byte %d: text after the object", end)
 	}
 	for i := skipSpace(raw, start+1); i < end && raw[i] == '"'; i = skipSpace(raw, i) {
@@ -268,10 +268,7 @@ type Edit struct {
 // Every other byte is copied as it is: unknown members, their order, whitespace, number literals.
 // Whitespace around the object is not copied.
 func Rewrite(dst, raw []byte, fields []Field, edits ...Edit) []byte {
-	start, end := 0, len(raw)
-	for start < end && isSpace(raw[start]) {
-		start++
-	}
+	start, end := skipWhitespace(raw, 0), len(raw)
 	for end > start && isSpace(raw[end-1]) {
 		end--
 	}
@@ -483,5 +480,13 @@ var class = func() (c [256]uint8) {
 	}
 	return c
 }()
+
+// skipWhitespace returns the offset of the first byte from raw[i] on that is not whitespace.
+func skipWhitespace(raw []byte, i int) int {
+	for i < len(raw) && isSpace(raw[i]) {
+		i++
+	}
+	return i
+}
 
 func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
