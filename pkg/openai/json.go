@@ -284,10 +284,16 @@ func Rewrite(dst, raw []byte, fields []Field, edits ...Edit) []byte {
 	}
 	wrote := false
 	var applied uint64 // bit k: edits[k] named a member of raw
+	var lengths uint64 // bit n: an edit's key, quoted, is n bytes long (modulo 64)
+	for _, e := range edits {
+		lengths |= 1 << ((len(e.Key) + 2) % 64)
+	}
 	for k := range fields {
 		f := &fields[k]
 		e := -1
-		for i := range edits {
+		// A key written without escapes is no edit's unless it is as long as one's.
+		maybe := f.escaped || lengths&(1<<((f.KeyEnd-f.KeyStart)%64)) != 0
+		for i := 0; maybe && i < len(edits); i++ {
 			if named(raw, f, edits[i].Key) {
 				e, applied = i, applied|1<<i // the last edit of a key wins
 			}
