@@ -114,8 +114,20 @@ func parseAnswer(dst []Field, raw []byte, a answer) ([]Field, error) {
 	if err != nil {
 		return dst, err
 	}
-	// Pairwise: a server's objects are small, and a client's body is read by ParseRequest.
-	for k := 1; k < len(dst); k++ {
+	// Pairwise, where a key could repeat one before it: a server's objects are small, and a
+	// client's body is read by ParseRequest. Keys written without escapes differ unless their
+	// lengths and first and last bytes agree, which a set of those (hashed to 64 bits) rules out
+	// for most.
+	var seen uint64
+	escaped := false
+	for k := range dst {
+		key := raw[dst[k].KeyStart:dst[k].KeyEnd] // quotes included
+		bit := uint64(1) << ((len(key)*7 + int(key[1])*3 + int(key[len(key)-2])) % 64)
+		if seen&bit == 0 && !escaped && !dst[k].escaped {
+			seen |= bit
+			continue
+		}
+		seen, escaped = seen|bit, escaped || dst[k].escaped
 		for j := range k {
 			a, b := &dst[j], &dst[k]
 			if a.KeyEnd-a.KeyStart != b.KeyEnd-b.KeyStart && !a.escaped && !b.escaped {
