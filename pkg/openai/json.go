@@ -102,8 +102,9 @@ func (f Field) name(raw []byte) []byte {
 	return raw[f.KeyStart+1 : f.KeyEnd-1]
 }
 
-// unquoted is name for an escaped key. It is kept out of name, which parse calls for every
-// member, so that name is inlined.
+// unquoted is name for an escaped key. It is kept out of name, which parse, Lookup and Rewrite
+// call for every member, so that name is inlined: most keys are written in ASCII without
+// escapes, which decode to themselves.
 //
 //go:noinline
 func (f Field) unquoted(raw []byte) []byte { return []byte(f.Key(raw)) }
@@ -244,27 +245,13 @@ func quoteKey(key string) string {
 // Lookup returns the member of raw named key; fields are raw's members from a Parse function.
 func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
 	for i := range fields {
-		if named(raw, &fields[i], key) {
+		if string(fields[i].name(raw)) == key {
 			return fields[i], true
 		}
 	}
 	return Field{}, false
 }
 
-// named reports whether f's key decodes to key. Most keys are written in ASCII without escapes,
-// which decode to themselves.
-func named(raw []byte, f *Field, key string) bool {
-	if f.escaped {
-		return f.decodesTo(raw, key)
-	}
-	return string(raw[f.KeyStart+1:f.KeyEnd-1]) == key
-}
-
-// decodesTo reports whether f's key decodes to key. It is kept out of named, which Lookup and
-// Rewrite call for every member, so that named is inlined.
-//
-//go:noinline
-func (f *Field) decodesTo(raw []byte, key string) bool { return f.Key(raw) == key }
 
 // Edit is a change Rewrite makes to one member: Value (a valid JSON value) replaces the member's
 // value or is added as a new member; a nil Value removes the member.
@@ -306,7 +293,7 @@ func Rewrite(dst, raw []byte, fields []Field, edits ...Edit) []byte {
 		// A key written without escapes is no edit's unless it is as long as one's.
 		maybe := f.escaped || lengths&(1<<((f.KeyEnd-f.KeyStart)%64)) != 0
 		for i := 0; maybe && i < len(edits); i++ {
-			if named(raw, f, edits[i].Key) {
+			if string(f.name(raw)) == edits[i].Key {
 				e, applied = i, applied|1<<i // the last edit of a key wins
 			}
 		}

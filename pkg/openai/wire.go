@@ -42,12 +42,8 @@ type ChatCompletionMessage struct {
 // Decode reads of a body, without reading it again.
 func (r *ChatCompletionRequest) Read(raw []byte, fields []Field) {
 	for _, f := range fields {
-		key := raw[f.KeyStart+1 : f.KeyEnd-1]
-		if f.escaped {
-			key = []byte(f.Key(raw))
-		}
 		var member *jsontext.Value
-		switch string(key) {
+		switch string(f.name(raw)) {
 		case "model":
 			member = &r.Model
 		case "stream":
