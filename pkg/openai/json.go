@@ -165,8 +165,7 @@ func parse(dst []Field, raw []byte, opts jsontext.Options, a answer) ([]Field, e
 	defer decoders.Put(d)
 	d.src = *bytes.NewBuffer(raw)
 	d.dec.Reset(&d.src, opts)
-	_, err := d.dec.ReadValue()
-	if err != nil {
+	if _, err := d.dec.ReadValue(); err != nil {
 		return dst, explain(err)
 	}
 	// Only whitespace may follow the '}': the text is one object.
@@ -174,7 +173,13 @@ func parse(dst []Field, raw []byte, opts jsontext.Options, a answer) ([]Field, e
 	if skipWhitespace(raw, end) < len(raw) {
 		return dst, fmt.Errorf("invalid JSON at byte %d: text after the object", end)
 	}
-	for i := skipSpace(raw, start+1); i < end && raw[i] == '"'; i = skipSpace(raw, i) {
+	return members(dst, raw, start, a)
+}
+
+// members appends to dst the members of the valid object that starts at raw[start]; when a is not
+// nil, each goes through a.member.
+func members(dst []Field, raw []byte, start int, a answer) (_ []Field, err error) {
+	for i := skipSpace(raw, start+1); i < len(raw) && raw[i] == '"'; i = skipSpace(raw, i) {
 		keyEnd, escaped := skipString(raw, i)
 		f := Field{KeyStart: i, KeyEnd: keyEnd, ValueStart: skipSpace(raw, keyEnd), escaped: escaped}
 		if a == nil {

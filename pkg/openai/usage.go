@@ -67,14 +67,15 @@ func count(v jsontext.Value) (int64, error) {
 
 // AppendWithCost appends to dst the usage object with its "cost" member set to cost, a JSON number
 // literal: replaced where it stands if usage has one, otherwise added as the last member. Every
-// other byte is copied as it is. usage is valid JSON, read with the answer or chunk that carries
-// it (ParseCompletion, ParseChunk); one that is not an object is appended unchanged.
+// other byte is copied as it is. usage is one that ParseUsage has read (valid JSON that names no
+// key twice), so it is not checked again; one that is not an object is appended unchanged.
 func AppendWithCost(dst, usage, cost []byte) []byte {
-	var buf [16]Field
-	fields, err := parseObject(buf[:0], usage)
-	if err != nil {
+	start := skipWhitespace(usage, 0)
+	if start == len(usage) || usage[start] != '{' {
 		return append(dst, bytes.TrimSpace(usage)...) // as Rewrite copies no whitespace around the object
 	}
+	var buf [16]Field
+	fields, _ := members(buf[:0], usage, start, nil)
 	dst = slices.Grow(dst, len(usage)+len(`,"cost":`)+len(cost)) // one allocation, not several
 	return Rewrite(dst, usage, fields, Edit{Key: "cost", Value: cost})
 }
