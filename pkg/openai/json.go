@@ -296,9 +296,13 @@ func Rewrite(dst, raw []byte, fields []Field, edits ...Edit) []byte {
 		f := &fields[k]
 		e := -1
 		// A key written without escapes is no edit's unless it is as long as one's.
+		var name []byte // decoded once, if at all
 		maybe := f.escaped || lengths&(1<<((f.KeyEnd-f.KeyStart)%64)) != 0
+		if maybe {
+			name = f.name(raw)
+		}
 		for i := 0; maybe && i < len(edits); i++ {
-			if string(f.name(raw)) == edits[i].Key {
+			if string(name) == edits[i].Key {
 				e, applied = i, applied|1<<i // the last edit of a key wins
 			}
 		}
