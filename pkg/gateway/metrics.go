@@ -27,12 +27,19 @@ import (
 type Metrics struct {
 	w         io.Writer
 	namespace string
-	mu        sync.Mutex // one line per write, never interleaved
+	requests  [2][]emfDirective // a request line's directives, without and with TimeToFirstByte
+	mu        sync.Mutex        // one line per write, never interleaved
 }
 
 // NewMetrics returns Metrics writing lines of namespace to w.
 func NewMetrics(w io.Writer, namespace string) *Metrics {
-	return &Metrics{w: w, namespace: namespace}
+	dims := [][]string{{}, {"StatusClass"}, {"Model", "Backend"}}
+	metrics := []emfMetric{{"Requests", "Count"}, {"BackendErrors", "Count"}, {"SlotsLost", "Count"}, {"Duration", "Milliseconds"},
+		{"PromptTokens", "Count"}, {"CompletionTokens", "Count"}, {"CostUSD", "None"}, {"TimeToFirstByte", "Milliseconds"}}
+	return &Metrics{w: w, namespace: namespace, requests: [2][]emfDirective{
+		{{Namespace: namespace, Dimensions: dims, Metrics: metrics[:len(metrics)-1]}},
+		{{Namespace: namespace, Dimensions: dims, Metrics: metrics}},
+	}}
 }
 
 type emfMetric struct {
@@ -51,39 +58,44 @@ type emfMeta struct {
 	CloudWatchMetrics []emfDirective `json:"CloudWatchMetrics"`
 }
 
-// requestDimensions are the dimension sets of a request's metrics.
-var requestDimensions = [][]string{{}, {"StatusClass"}, {"Model", "Backend"}}
+// requestLine is a request's metrics line. Its members are in the order a map of them had
+// (encoding/json sorts a map's keys), so that the line is the same as before it had a type.
+type requestLine struct {
+	Backend          string  `json:"Backend"`
+	BackendErrors    int     `json:"BackendErrors"`
+	CompletionTokens int64   `json:"CompletionTokens"`
+	CostUSD          float64 `json:"CostUSD"`
+	Duration         int64   `json:"Duration"`
+	Model            string  `json:"Model"`
+	PromptTokens     int64   `json:"PromptTokens"`
+	Requests         int     `json:"Requests"`
+	SlotsLost        int     `json:"SlotsLost"`
+	StatusClass      string  `json:"StatusClass"`
+	TimeToFirstByte  int64   `json:"TimeToFirstByte,omitempty"`
+	AWS              emfMeta `json:"_aws"`
+	GenerationID     string  `json:"generation_id"`
+	HTTPStatus       int     `json:"http_status"`
+	OrgID            string  `json:"org_id"`
+	Status           string  `json:"status"`
+}
 
 // Request writes the metrics of one settled request, at now.
 func (m *Metrics) Request(e usage.Event, now time.Time) {
 	if m == nil {
 		return
 	}
-	line := map[string]any{
-		"StatusClass":      statusClass(e.HTTPStatus),
-		"Model":            cmp.Or(e.Model, "none"),
-		"Backend":          cmp.Or(e.Backend, "none"),
-		"Requests":         1,
-		"BackendErrors":    boolCount(e.Status == usage.StatusUpstreamError),
-		"SlotsLost":        boolCount(e.Status == usage.StatusSlotLost),
-		"Duration":         e.DurationMillis,
-		"PromptTokens":     e.PromptTokens,
-		"CompletionTokens": e.CompletionTokens,
-		"CostUSD":          float64(e.Cost) / 1e12,
-		"generation_id":    e.GenerationID,
-		"org_id":           e.OrgID,
-		"status":           string(e.Status),
-		"http_status":      e.HTTPStatus,
+	line := requestLine{
+		Backend: cmp.Or(e.Backend, "none"), BackendErrors: boolCount(e.Status == usage.StatusUpstreamError),
+		CompletionTokens: e.CompletionTokens, CostUSD: float64(e.Cost) / 1e12, Duration: e.DurationMillis,
+		Model: cmp.Or(e.Model, "none"), PromptTokens: e.PromptTokens, Requests: 1,
+		SlotsLost: boolCount(e.Status == usage.StatusSlotLost), StatusClass: statusClass(e.HTTPStatus),
+		GenerationID: e.GenerationID, HTTPStatus: e.HTTPStatus, OrgID: e.OrgID, Status: string(e.Status),
+		// Time to first byte only where a backend answered: a refused request's zero would drag
+		// the percentiles down.
+		TimeToFirstByte: max(e.TTFTMillis, 0),
 	}
-	metrics := []emfMetric{{"Requests", "Count"}, {"BackendErrors", "Count"}, {"SlotsLost", "Count"}, {"Duration", "Milliseconds"},
-		{"PromptTokens", "Count"}, {"CompletionTokens", "Count"}, {"CostUSD", "None"}}
-	// Time to first byte only where a backend answered: a refused request's zero would drag the
-	// percentiles down.
-	if e.TTFTMillis > 0 {
-		line["TimeToFirstByte"] = e.TTFTMillis
-		metrics = append(metrics, emfMetric{"TimeToFirstByte", "Milliseconds"})
-	}
-	m.write(line, requestDimensions, metrics, now)
+	line.AWS = emfMeta{Timestamp: now.UnixMilli(), CloudWatchMetrics: m.requests[boolCount(e.TTFTMillis > 0)]}
+	m.write(&line)
 }
 
 // Refused writes the count of an admission the store refused for the in-flight limit (429) or the
@@ -101,18 +113,15 @@ func (m *Metrics) Refused(err error, orgID string, now time.Time) {
 	default:
 		return
 	}
-	m.write(map[string]any{name: 1, "org_id": orgID}, [][]string{{}}, []emfMetric{{name, "Count"}}, now)
+	directive := emfDirective{Namespace: m.namespace, Dimensions: [][]string{{}}, Metrics: []emfMetric{{name, "Count"}}}
+	m.write(map[string]any{name: 1, "org_id": orgID, "_aws": emfMeta{Timestamp: now.UnixMilli(), CloudWatchMetrics: []emfDirective{directive}}})
 }
 
-func (m *Metrics) write(line map[string]any, dims [][]string, metrics []emfMetric, now time.Time) {
-	line["_aws"] = emfMeta{Timestamp: now.UnixMilli(), CloudWatchMetrics: []emfDirective{{Namespace: m.namespace, Dimensions: dims, Metrics: metrics}}}
-	b, err := json.Marshal(line)
-	if err != nil {
-		return // cannot happen: every value is a string or a number
-	}
+// write writes line as one JSON line, in one Write.
+func (m *Metrics) write(line any) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	_, _ = m.w.Write(append(b, '\n'))
+	_ = json.NewEncoder(m.w).Encode(line) // every value is a string or a number: only the write can fail
 }
 
 func statusClass(status int) string {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -235,5 +236,18 @@ func TestMetricsOutliveAFailedWrite(t *testing.T) {
 	}
 	if w.lines != 2 {
 		t.Errorf("%d lines after one failed write, want 2", w.lines)
+	}
+}
+
+// BenchmarkMetricsRequest is the metrics line of one completed request, the only line a request
+// writes where metrics are on (on Lambda).
+func BenchmarkMetricsRequest(b *testing.B) {
+	m := NewMetrics(io.Discard, "Kiln/bench")
+	e := usage.Event{GenerationID: "gen-01KB7Z3Q5V0J8M2N4P6R8T0W2Y", OrgID: "org_a", Model: "gpt-oss-120b", Backend: "b1", Status: usage.StatusCompleted,
+		HTTPStatus: 200, PromptTokens: 9, CompletionTokens: 12, Cost: money.Amount(1_155_000), TTFTMillis: 84, DurationMillis: 412}
+	now := time.Date(2026, 11, 29, 17, 20, 0, 0, time.UTC)
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Request(e, now)
 	}
 }
