@@ -257,7 +257,6 @@ func Lookup(raw []byte, fields []Field, key string) (Field, bool) {
 	return Field{}, false
 }
 
-
 // Edit is a change Rewrite makes to one member: Value (a valid JSON value) replaces the member's
 // value or is added as a new member; a nil Value removes the member.
 type Edit struct {
