@@ -2,6 +2,7 @@ package reliability
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -155,8 +156,40 @@ func isUnreachable(err error) bool {
 
 // pause stops the server's process (SIGSTOP): connections are accepted by the kernel but
 // nothing answers. resume continues it.
-func (d *dynamoLocal) pause() error  { return syscall.Kill(d.cmd.Process.Pid, syscall.SIGSTOP) }
+//
+// pause returns once every thread of the process has stopped: SIGSTOP stops each thread the next
+// time the kernel has it in hand, and on a loaded machine a thread still running could answer a
+// call sent after pause returned (an admission, whose settlement would then wait out the store).
+func (d *dynamoLocal) pause() error {
+	pid := d.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); !stopped(pid); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("DynamoDB Local (pid %d) not stopped 10 s after SIGSTOP", pid)
+		}
+	}
+	return nil
+}
+
 func (d *dynamoLocal) resume() error { return syscall.Kill(d.cmd.Process.Pid, syscall.SIGCONT) }
+
+// stopped reports whether every thread of process pid is stopped: state T or t in
+// /proc/PID/task/TID/stat, the field after the command name in parentheses.
+func stopped(pid int) bool {
+	stats, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // the thread has exited
+		}
+		if i := bytes.LastIndexByte(b, ')'); i < 0 || i+2 >= len(b) || (b[i+2] != 'T' && b[i+2] != 't') {
+			return false
+		}
+	}
+	return len(stats) > 0
+}
 
 func (d *dynamoLocal) stop() {
 	_ = d.resume()
