@@ -404,9 +404,9 @@ func pydanticErrors(msg string) string {
 var pydanticError = regexp.MustCompile(`'loc': \(([^)]*)\), 'msg': ['"]((?:[^'"\\]|\\.)*)['"]`)
 
 // dropInputEchoes replaces each value pydantic repeats from the request (after 'input': in its
-// error list, after input_value= in its error text) with "…".
+// error list, "input": in the list written as JSON, input_value= in its error text) with "…".
 func dropInputEchoes(msg string) string {
-	for _, marker := range [...]string{"'input': ", "input_value="} {
+	for _, marker := range [...]string{"'input':", `"input":`, "input_value="} {
 		var b strings.Builder
 		for rest := msg; ; {
 			before, after, found := strings.Cut(rest, marker)
@@ -414,8 +414,9 @@ func dropInputEchoes(msg string) string {
 			if !found {
 				break
 			}
-			b.WriteString(marker + "…")
-			rest = after[pythonValueLen(after):]
+			value := strings.TrimLeft(after, " ")
+			b.WriteString(marker + after[:len(after)-len(value)] + "…")
+			rest = value[pythonValueLen(value):]
 		}
 		msg = b.String()
 	}
